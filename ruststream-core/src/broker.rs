@@ -1,0 +1,322 @@
+//! The Broker trait: the one seam between the runtime and a backend.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::{
+    BrokerResult, ConsumerInfo, DeadLetter, Delivery, Entry, EntryId, GroupInfo, Message,
+    PendingEntry, StreamInfo, StreamStart,
+};
+
+/// The future a broker call returns: boxed, so that `dyn Broker` works and
+/// a test harness can swap one broker for another behind an `Arc`.
+///
+/// Calls are batch-oriented (a read returns many entries, an ack takes many
+/// ids), so the one allocation per call is spread over a batch.
+pub type BrokerFuture<'a, T> = Pin<Box<dyn Future<Output = BrokerResult<T>> + Send + 'a>>;
+
+/// Which entries a read hands out. Every mode but `OwnPending` first hands
+/// out the entries *owed* to the group (retried with a delay that has
+/// passed, nacked, or redriven), in the order they became owed, before
+/// anything else (rule 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReadMode {
+    /// Owed entries, then entries past the group's cursor (Redis
+    /// `XREADGROUP ... >`). Moves the cursor.
+    New,
+    /// Owed entries, then entries pending for at least `min_idle` under
+    /// any consumer (their ownership moves to the reader and their delivery
+    /// count goes up), then new entries; all in one read (Redis 8.4
+    /// `XREADGROUP ... CLAIM min_idle`).
+    Claiming {
+        /// How long an entry must have been idle to be taken over.
+        min_idle: Duration,
+    },
+    /// Owed entries and entries pending for at least `min_idle`, never new
+    /// ones (Redis `XAUTOCLAIM`).
+    Reclaim {
+        /// How long an entry must have been idle to be taken over.
+        min_idle: Duration,
+    },
+    /// The reading consumer's own pending entries with ids after `after`,
+    /// oldest first (Redis `XREADGROUP ... <id>`): what a restarted consumer
+    /// with a stable name held before it stopped. Pass [`EntryId::ZERO`]
+    /// to start, then the last id received to page on. Each one's delivery
+    /// count goes up. Owed entries are not included: they belong to nobody.
+    OwnPending {
+        /// Only entries with ids greater than this.
+        after: EntryId,
+    },
+}
+
+/// A read from a consumer group.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadRequest<'a> {
+    /// The stream.
+    pub stream: &'a str,
+    /// The group; it must exist ([`crate::BrokerError::NoGroup`] otherwise).
+    pub group: &'a str,
+    /// The reading consumer; created on its first read.
+    pub consumer: &'a str,
+    /// Which entries to hand out.
+    pub mode: ReadMode,
+    /// At most this many deliveries (at least 1).
+    pub count: usize,
+    /// If nothing is available, wait up to this long for something to
+    /// arrive (a publish, an entry becoming owed or idle enough) and return
+    /// an empty batch if nothing does. `None` returns at once.
+    pub block: Option<Duration>,
+    /// The attempt bound: an entry that has already been delivered this many
+    /// times is dead-lettered instead of being handed out again, and listed
+    /// in [`ReadBatch::dead_lettered`]. `None`: unbounded.
+    pub max_deliveries: Option<u32>,
+}
+
+impl<'a> ReadRequest<'a> {
+    /// A non-blocking read of up to `count` entries, with no attempt bound.
+    pub fn new(
+        stream: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        mode: ReadMode,
+        count: usize,
+    ) -> Self {
+        ReadRequest {
+            stream,
+            group,
+            consumer,
+            mode,
+            count,
+            block: None,
+            max_deliveries: None,
+        }
+    }
+
+    /// The same read, blocking up to `block`.
+    pub fn block(mut self, block: Duration) -> Self {
+        self.block = Some(block);
+        self
+    }
+
+    /// The same read, with an attempt bound.
+    pub fn max_deliveries(mut self, max: u32) -> Self {
+        self.max_deliveries = Some(max);
+        self
+    }
+}
+
+/// What a read returned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadBatch {
+    /// Deliveries, owed and claimed entries first, then new ones in id order.
+    pub deliveries: Vec<Delivery>,
+    /// Entries this read dead-lettered because they had reached the
+    /// request's `max_deliveries`.
+    pub dead_lettered: Vec<EntryId>,
+}
+
+impl ReadBatch {
+    /// Whether nothing was delivered.
+    pub fn is_empty(&self) -> bool {
+        self.deliveries.is_empty()
+    }
+}
+
+/// How a pending entry is handed back for another attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// Append a copy of the entry to the stream and acknowledge the
+    /// original, atomically. The copy goes to this group only (other groups
+    /// pass over it), carries the original's delivery count, and is
+    /// delivered behind the entries appended meanwhile. What the runtime
+    /// does for `retry()` on a `new` subscription.
+    Copy,
+    /// Keep the entry pending, held by nobody, and make it owed again once
+    /// this much time has passed; not before. `Duration::ZERO` is an
+    /// immediate nack. Brokers document whether they re-time the entry in
+    /// place or park it in a delayed set.
+    After(Duration),
+}
+
+/// How much of a stream to trim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trim {
+    /// Keep at most this many of the newest entries.
+    MaxLen(u64),
+    /// Remove entries with ids below this one.
+    MinId(EntryId),
+}
+
+/// A stream broker, as the runtime sees it.
+///
+/// Implementations: the memory broker, the file-log broker and the Redis
+/// broker. All of them pass the conformance suite in `ruststream-testkit`,
+/// which is the executable form of the rules documented here (SPEC section
+/// 3). Every call is batch-oriented, safe to call concurrently, and
+/// idempotent where the description says so.
+///
+/// Times (idle, delays, block) follow the broker's clock, which for local
+/// brokers is [`crate::Clock`] (tokio's clock, paused in tests).
+pub trait Broker: Send + Sync + 'static {
+    /// A short name for messages and metrics: `"memory"`, `"filelog"`,
+    /// `"redis"`.
+    fn name(&self) -> &'static str;
+
+    /// Checks that the broker can serve reads in `mode`, before an app
+    /// reads anything. An error is [`crate::BrokerError::Unsupported`]
+    /// explaining why and what to do instead (for Redis `Claiming`: the
+    /// server's version and the 8.4 it needs).
+    fn check_mode(&self, mode: ReadMode) -> BrokerFuture<'_, ()>;
+
+    /// Appends one message to `stream` (creating the stream if needed) and
+    /// returns its id. Returns only once the broker's durability policy is
+    /// met: for a durable broker the entry survives a crash after this
+    /// returns.
+    fn publish<'a>(&'a self, stream: &'a str, message: Message) -> BrokerFuture<'a, EntryId> {
+        Box::pin(async move {
+            let ids = self.publish_batch(stream, vec![message]).await?;
+            ids.into_iter().next().ok_or_else(|| {
+                crate::BrokerError::InvalidArgument(format!(
+                    "publish to stream {stream:?} returned no id"
+                ))
+            })
+        })
+    }
+
+    /// Appends messages to `stream` in order, as one batch (one round trip,
+    /// one fsync), and returns their ids, strictly increasing.
+    fn publish_batch<'a>(
+        &'a self,
+        stream: &'a str,
+        messages: Vec<Message>,
+    ) -> BrokerFuture<'a, Vec<EntryId>>;
+
+    /// Creates `group` on `stream` at `start` (creating the stream if
+    /// needed) and returns `true`; if the group exists, leaves it exactly as
+    /// it is (its cursor does not move) and returns `false`.
+    fn ensure_group<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        start: StreamStart,
+    ) -> BrokerFuture<'a, bool>;
+
+    /// Moves an existing group's cursor to `start`. Pending entries and dead
+    /// letters are untouched.
+    fn set_group_position<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        start: StreamStart,
+    ) -> BrokerFuture<'a, ()>;
+
+    /// Reads from a group: see [`ReadMode`] for which entries and in which
+    /// order. Every delivered entry is pending (owner, delivery count, last
+    /// delivery time) until acknowledged, retried or dead-lettered, and is
+    /// not handed out again while its claim stands. Each new entry goes to
+    /// exactly one consumer of the group.
+    ///
+    /// Blocking reads wake promptly when something becomes available and
+    /// return an empty batch (not an error) when the block time passes.
+    fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch>;
+
+    /// Acknowledges entries: they leave the pending list. Idempotent: ids
+    /// that are not pending (already acknowledged, unknown) are ignored.
+    /// Returns how many entries left the pending list.
+    fn ack<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        ids: &'a [EntryId],
+    ) -> BrokerFuture<'a, u64>;
+
+    /// Hands pending entries back for another attempt (see [`Retry`]). Ids
+    /// that are not pending are ignored. Returns how many were retried.
+    fn retry<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        ids: &'a [EntryId],
+        how: Retry,
+    ) -> BrokerFuture<'a, u64>;
+
+    /// Records pending entries as dead letters with `reason` and their
+    /// delivery counts, and removes them from the pending list. The entries
+    /// themselves are kept for as long as the dead letters exist. Ids that
+    /// are not pending are ignored. Returns how many were dead-lettered.
+    fn dead_letter<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        ids: &'a [EntryId],
+        reason: &'a str,
+    ) -> BrokerFuture<'a, u64>;
+
+    /// Makes dead letters owed again, with their delivery counts reset to
+    /// zero. The group's cursor does not move. Returns how many were
+    /// redriven; unknown ids are ignored.
+    fn redrive<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        ids: &'a [EntryId],
+    ) -> BrokerFuture<'a, u64>;
+
+    /// Drops dead letters for good. Returns how many were dropped.
+    fn discard<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        ids: &'a [EntryId],
+    ) -> BrokerFuture<'a, u64>;
+
+    /// A group's summary: lag, pending, dead letters, consumers, cursor.
+    fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo>;
+
+    /// A group's consumers with their pending counts and idle times.
+    fn consumers<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+    ) -> BrokerFuture<'a, Vec<ConsumerInfo>>;
+
+    /// Up to `count` entries of a group's pending list with ids at or after
+    /// `from`, in id order; only `consumer`'s when given.
+    fn pending<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        from: EntryId,
+        count: usize,
+        consumer: Option<&'a str>,
+    ) -> BrokerFuture<'a, Vec<PendingEntry>>;
+
+    /// Up to `count` of a group's dead letters with ids at or after `from`,
+    /// in id order.
+    fn dead_letters<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        from: EntryId,
+        count: usize,
+    ) -> BrokerFuture<'a, Vec<DeadLetter>>;
+
+    /// Up to `count` entries with ids in `from..=to`, in id order (replay).
+    /// A missing stream reads as empty.
+    fn range<'a>(
+        &'a self,
+        stream: &'a str,
+        from: EntryId,
+        to: EntryId,
+        count: usize,
+    ) -> BrokerFuture<'a, Vec<Entry>>;
+
+    /// A stream's summary, or `None` if there is no such stream.
+    fn stream_info<'a>(&'a self, stream: &'a str) -> BrokerFuture<'a, Option<StreamInfo>>;
+
+    /// Trims old entries and returns how many left the stream. Local
+    /// brokers never delete an entry that a group still has pending or
+    /// dead-lettered: such entries stay readable until settled.
+    fn trim<'a>(&'a self, stream: &'a str, trim: Trim) -> BrokerFuture<'a, u64>;
+}

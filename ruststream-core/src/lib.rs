@@ -1,0 +1,24 @@
+//! Core types of ruststream and the [`Broker`] trait.
+//!
+//! This crate is what backends build on: the entry id, headers, messages
+//! and deliveries, group and consumer reports, errors, the clock, and the
+//! trait through which the runtime talks to a broker. Applications use the
+//! `ruststream` crate, which re-exports everything here.
+
+#![forbid(unsafe_code)]
+
+mod broker;
+mod clock;
+mod error;
+mod headers;
+mod id;
+mod info;
+mod message;
+
+pub use broker::{Broker, BrokerFuture, ReadBatch, ReadMode, ReadRequest, Retry, Trim};
+pub use clock::Clock;
+pub use error::{BrokerError, BrokerResult};
+pub use headers::Headers;
+pub use id::{EntryId, ParseEntryIdError};
+pub use info::{ConsumerInfo, DeadLetter, GroupInfo, PendingEntry, StreamInfo, StreamStart};
+pub use message::{Delivery, Entry, Message};
