@@ -11,3 +11,8 @@ pub use ruststream_core::*;
 
 #[cfg(feature = "memory")]
 pub use ruststream_memory::MemoryBroker;
+
+// The README's code blocks compile and run as doctests.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,0 +1,1056 @@
+//! The broker conformance suite: SPEC section 3 as executable tests, one
+//! set for every backend.
+//!
+//! Each test is an `async fn(Target)`. A backend runs the whole suite with
+//! [`conformance_suite!`](crate::conformance_suite), which expands to one
+//! `#[test]` per rule, so a failure names the rule and the backend:
+//!
+//! ```
+//! use ruststream_testkit::conformance::Target;
+//!
+//! async fn memory() -> Target {
+//!     Target::paused(std::sync::Arc::new(ruststream_memory::MemoryBroker::new()))
+//! }
+//! ruststream_testkit::conformance_suite!(paused, memory);
+//! # fn main() {}
+//! ```
+//!
+//! Tests that depend on time move the broker's clock with
+//! [`Target::advance`]. For local brokers that is tokio's paused clock, so
+//! a 30-second claim timeout takes microseconds. A broker whose idle times
+//! are measured elsewhere (a server) supplies an `advance` that waits in
+//! real time instead; the suite keeps its durations short for that reason.
+
+// Panicking is how a test reports failure; every unwrap below is a test
+// assertion about a broker call that must succeed.
+#![allow(clippy::unwrap_used)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ruststream_core::{
+    Broker, BrokerError, Delivery, EntryId, Headers, Message, ReadBatch, ReadMode, ReadRequest,
+    Retry, StreamStart, Trim,
+};
+
+type Advance = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// A broker under test, and how to move its clock.
+#[derive(Clone)]
+pub struct Target {
+    /// The broker.
+    pub broker: Arc<dyn Broker>,
+    advance: Advance,
+    prefix: String,
+}
+
+impl Target {
+    /// A broker whose clock follows tokio's paused clock: `advance` moves it
+    /// with `tokio::time::advance`. Its tests run on a paused runtime.
+    pub fn paused(broker: Arc<dyn Broker>) -> Self {
+        Target {
+            broker,
+            advance: Arc::new(|d| Box::pin(tokio::time::advance(d))),
+            prefix: String::new(),
+        }
+    }
+
+    /// A broker whose clock is real time (a server's): `advance` sleeps.
+    /// `prefix` is put before every stream name so tests sharing a server
+    /// do not see each other's streams.
+    pub fn real_time(broker: Arc<dyn Broker>, prefix: impl Into<String>) -> Self {
+        Target {
+            broker,
+            advance: Arc::new(|d| Box::pin(tokio::time::sleep(d))),
+            prefix: prefix.into(),
+        }
+    }
+
+    /// Moves the broker's clock forward by `d`.
+    pub async fn advance(&self, d: Duration) {
+        (self.advance)(d).await;
+    }
+
+    /// A stream name private to this test run.
+    pub fn stream(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+}
+
+/// Runs `test` on a fresh current-thread runtime, paused or not.
+pub fn run<F: Future<Output = ()>>(paused: bool, test: F) {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all();
+    if paused {
+        builder.start_paused(true);
+    }
+    let runtime = builder
+        .build()
+        .expect("a current-thread tokio runtime can always be built");
+    runtime.block_on(test);
+}
+
+/// Expands to one `#[test]` per conformance rule for a backend.
+///
+/// `paused` runs each test on a paused tokio clock, `real_time` on the real
+/// one. `$factory` is an `async fn() -> Target` (or a path to one) making a
+/// fresh target per test.
+#[macro_export]
+macro_rules! conformance_suite {
+    (paused, $factory:path) => {
+        $crate::conformance_suite!(@each true, $factory);
+    };
+    (real_time, $factory:path) => {
+        $crate::conformance_suite!(@each false, $factory);
+    };
+    (@each $paused:expr, $factory:path) => {
+        $crate::conformance_suite!(@tests $paused, $factory;
+            ids_are_strictly_increasing,
+            payload_and_headers_round_trip_exactly,
+            range_reads_replay_in_order,
+            trimming_removes_old_entries,
+            a_new_group_starts_with_later_entries,
+            a_group_can_start_at_the_beginning,
+            a_group_can_start_after_an_id,
+            creating_an_existing_group_keeps_its_cursor,
+            start_at_moves_an_existing_cursor,
+            two_consumers_in_one_group_get_disjoint_sets,
+            independent_groups_each_get_everything,
+            an_offset_in_flight_is_not_handed_out_again,
+            pending_entries_record_owner_count_and_idle_time,
+            a_lapsed_claim_is_handed_out_again,
+            owed_records_go_out_before_new_ones,
+            reclaim_never_hands_out_new_entries,
+            a_consumer_rereads_its_own_pending_after_a_restart,
+            ack_is_idempotent,
+            a_retry_with_delay_is_owed_after_the_delay_not_before,
+            an_immediate_nack_is_owed_at_once,
+            a_retry_copy_goes_behind_newer_entries_and_keeps_its_count,
+            a_retry_copy_is_only_for_its_group,
+            a_record_is_given_up_on_after_the_attempt_bound,
+            dead_letters_are_listed_with_reason_and_count,
+            a_redriven_record_is_handed_out_again,
+            a_redriven_record_gets_its_attempts_back,
+            redrive_does_not_move_the_cursor,
+            discard_drops_a_dead_letter,
+            dead_letters_and_pending_entries_survive_trimming,
+            lag_and_pending_counts_are_right_after_each_step,
+            consumer_info_reports_pending_and_idle_time,
+            a_blocking_read_wakes_when_an_entry_arrives,
+            a_blocking_read_returns_an_empty_batch_after_its_block_time,
+            an_unknown_group_is_a_clear_error,
+        );
+    };
+    (@tests $paused:expr, $factory:path; $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::conformance::run($paused, async {
+                    $crate::conformance::$name($factory().await).await
+                });
+            }
+        )*
+    };
+}
+
+const G: &str = "group";
+const MIN_IDLE: Duration = Duration::from_millis(300);
+
+fn msg(text: &str) -> Message {
+    Message::new(text.as_bytes().to_vec())
+}
+
+fn texts(batch: &ReadBatch) -> Vec<String> {
+    batch.deliveries.iter().map(text).collect()
+}
+
+fn text(d: &Delivery) -> String {
+    String::from_utf8_lossy(d.entry.payload()).into_owned()
+}
+
+fn ids(batch: &ReadBatch) -> Vec<EntryId> {
+    batch.deliveries.iter().map(Delivery::id).collect()
+}
+
+fn counts(batch: &ReadBatch) -> Vec<u32> {
+    batch.deliveries.iter().map(|d| d.delivery_count).collect()
+}
+
+impl Target {
+    async fn publish_all(&self, stream: &str, items: &[&str]) -> Vec<EntryId> {
+        self.broker
+            .publish_batch(stream, items.iter().map(|t| msg(t)).collect())
+            .await
+            .unwrap()
+    }
+
+    async fn group_at(&self, stream: &str, group: &str, start: StreamStart) {
+        assert!(
+            self.broker
+                .ensure_group(stream, group, start)
+                .await
+                .unwrap(),
+            "group {group} on {stream} should be new"
+        );
+    }
+
+    async fn read(
+        &self,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+        mode: ReadMode,
+        count: usize,
+    ) -> ReadBatch {
+        self.broker
+            .read(ReadRequest::new(stream, group, consumer, mode, count))
+            .await
+            .unwrap()
+    }
+
+    async fn read_new(&self, stream: &str, consumer: &str, count: usize) -> ReadBatch {
+        self.read(stream, G, consumer, ReadMode::New, count).await
+    }
+
+    async fn claiming(&self, stream: &str, consumer: &str, count: usize) -> ReadBatch {
+        let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
+        self.read(stream, G, consumer, mode, count).await
+    }
+
+    async fn bounded_claim(&self, stream: &str, max_deliveries: u32) -> ReadBatch {
+        let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
+        let request = ReadRequest::new(stream, G, "w", mode, 10).max_deliveries(max_deliveries);
+        self.broker.read(request).await.unwrap()
+    }
+
+    async fn pending_count(&self, stream: &str) -> u64 {
+        self.broker.group_info(stream, G).await.unwrap().pending
+    }
+
+    async fn lag(&self, stream: &str) -> u64 {
+        self.broker.group_info(stream, G).await.unwrap().lag
+    }
+}
+
+// ---- streams ---------------------------------------------------------------
+
+/// Ids are strictly increasing, across batches and single publishes.
+pub async fn ids_are_strictly_increasing(t: Target) {
+    let s = t.stream("ids");
+    let mut all = t.publish_all(&s, &["a", "b", "c"]).await;
+    for i in 0..5 {
+        all.push(
+            t.broker
+                .publish(&s, msg(&format!("single-{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    all.extend(t.publish_all(&s, &["x", "y"]).await);
+    for pair in all.windows(2) {
+        assert!(
+            pair[0] < pair[1],
+            "ids must increase: {} then {}",
+            pair[0],
+            pair[1]
+        );
+    }
+    let info = t.broker.stream_info(&s).await.unwrap().unwrap();
+    assert_eq!(info.length, 10);
+    assert_eq!(info.last_id, *all.last().unwrap());
+}
+
+/// Payload bytes and headers come back exactly as published, through a
+/// range read and through a group read.
+pub async fn payload_and_headers_round_trip_exactly(t: Target) {
+    let s = t.stream("roundtrip");
+    t.group_at(&s, G, StreamStart::New).await;
+    let payload: Vec<u8> = (0..=255u8).chain([0, 0, 255]).collect();
+    let mut headers = Headers::new();
+    headers.insert("tenant", "acme");
+    headers.insert("ünïcode", "välue with spaces and = signs");
+    headers.insert("empty", "");
+    let sent = Message {
+        headers: headers.clone(),
+        payload: payload.clone(),
+    };
+    let id = t.broker.publish(&s, sent.clone()).await.unwrap();
+    let replay = t.broker.range(&s, id, id, 10).await.unwrap();
+    assert_eq!(replay.len(), 1);
+    assert_eq!(*replay[0].message, sent);
+    let batch = t.read_new(&s, "c1", 10).await;
+    assert_eq!(*batch.deliveries[0].entry.message, sent);
+    assert_eq!(batch.deliveries[0].entry.headers(), &headers);
+}
+
+/// Range reads replay entries in id order within inclusive bounds.
+pub async fn range_reads_replay_in_order(t: Target) {
+    let s = t.stream("range");
+    let ids = t.publish_all(&s, &["a", "b", "c", "d", "e"]).await;
+    let all = t
+        .broker
+        .range(&s, EntryId::ZERO, EntryId::MAX, 100)
+        .await
+        .unwrap();
+    assert_eq!(all.iter().map(|e| e.id).collect::<Vec<_>>(), ids);
+    let middle = t.broker.range(&s, ids[1], ids[3], 100).await.unwrap();
+    assert_eq!(middle.iter().map(|e| e.id).collect::<Vec<_>>(), ids[1..=3]);
+    let two = t.broker.range(&s, ids[1], EntryId::MAX, 2).await.unwrap();
+    assert_eq!(two.iter().map(|e| e.id).collect::<Vec<_>>(), ids[1..=2]);
+    let none = t
+        .broker
+        .range(&t.stream("no-such-stream"), EntryId::ZERO, EntryId::MAX, 10)
+        .await
+        .unwrap();
+    assert!(none.is_empty(), "a missing stream reads as empty");
+}
+
+/// Trimming by length and by id removes the oldest entries.
+pub async fn trimming_removes_old_entries(t: Target) {
+    let s = t.stream("trim");
+    let ids = t.publish_all(&s, &["a", "b", "c", "d", "e", "f"]).await;
+    assert_eq!(t.broker.trim(&s, Trim::MaxLen(4)).await.unwrap(), 2);
+    let left = t
+        .broker
+        .range(&s, EntryId::ZERO, EntryId::MAX, 100)
+        .await
+        .unwrap();
+    assert_eq!(left.iter().map(|e| e.id).collect::<Vec<_>>(), ids[2..]);
+    assert_eq!(t.broker.trim(&s, Trim::MinId(ids[4])).await.unwrap(), 2);
+    let info = t.broker.stream_info(&s).await.unwrap().unwrap();
+    assert_eq!(info.length, 2);
+    assert_eq!(info.first_id, Some(ids[4]));
+    assert_eq!(info.last_id, ids[5]);
+}
+
+// ---- rule 1: creating groups -------------------------------------------------
+
+/// A group created at New sees only entries appended afterwards.
+pub async fn a_new_group_starts_with_later_entries(t: Target) {
+    let s = t.stream("start-new");
+    t.publish_all(&s, &["old-1", "old-2"]).await;
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["new-1"]).await;
+    assert_eq!(texts(&t.read_new(&s, "c1", 10).await), ["new-1"]);
+}
+
+/// A group created at Beginning sees the whole retained stream.
+pub async fn a_group_can_start_at_the_beginning(t: Target) {
+    let s = t.stream("start-beginning");
+    t.publish_all(&s, &["a", "b"]).await;
+    t.group_at(&s, G, StreamStart::Beginning).await;
+    t.publish_all(&s, &["c"]).await;
+    assert_eq!(texts(&t.read_new(&s, "c1", 10).await), ["a", "b", "c"]);
+}
+
+/// A group created at an id sees the entries after it.
+pub async fn a_group_can_start_after_an_id(t: Target) {
+    let s = t.stream("start-id");
+    let ids = t.publish_all(&s, &["a", "b", "c"]).await;
+    t.group_at(&s, G, StreamStart::Id(ids[0])).await;
+    assert_eq!(texts(&t.read_new(&s, "c1", 10).await), ["b", "c"]);
+}
+
+/// Creating a group that exists changes nothing: its cursor stays.
+pub async fn creating_an_existing_group_keeps_its_cursor(t: Target) {
+    let s = t.stream("keep-cursor");
+    t.group_at(&s, G, StreamStart::Beginning).await;
+    t.publish_all(&s, &["a", "b", "c"]).await;
+    assert_eq!(texts(&t.read_new(&s, "c1", 2).await), ["a", "b"]);
+    let created = t
+        .broker
+        .ensure_group(&s, G, StreamStart::Beginning)
+        .await
+        .unwrap();
+    assert!(!created, "ensure_group on an existing group reports false");
+    assert_eq!(texts(&t.read_new(&s, "c1", 10).await), ["c"]);
+    assert_eq!(t.pending_count(&s).await, 3, "pending entries untouched");
+}
+
+/// `start_at` moves an existing group's cursor; pending entries stay.
+pub async fn start_at_moves_an_existing_cursor(t: Target) {
+    let s = t.stream("start-at");
+    t.group_at(&s, G, StreamStart::Beginning).await;
+    let ids = t.publish_all(&s, &["a", "b", "c", "d"]).await;
+    t.read_new(&s, "c1", 1).await;
+    t.broker
+        .set_group_position(&s, G, StreamStart::Id(ids[2]))
+        .await
+        .unwrap();
+    assert_eq!(
+        t.broker.group_info(&s, G).await.unwrap().last_delivered,
+        ids[2]
+    );
+    assert_eq!(texts(&t.read_new(&s, "c1", 10).await), ["d"]);
+    assert_eq!(t.pending_count(&s).await, 2);
+    t.broker
+        .set_group_position(&s, G, StreamStart::New)
+        .await
+        .unwrap();
+    t.publish_all(&s, &["e"]).await;
+    assert_eq!(texts(&t.read_new(&s, "c1", 10).await), ["e"]);
+}
+
+// ---- rule 2: distribution -----------------------------------------------------
+
+/// Each new entry goes to exactly one consumer of the group.
+pub async fn two_consumers_in_one_group_get_disjoint_sets(t: Target) {
+    let s = t.stream("disjoint");
+    t.group_at(&s, G, StreamStart::New).await;
+    let items: Vec<String> = (0..20).map(|i| format!("job-{i}")).collect();
+    let refs: Vec<&str> = items.iter().map(String::as_str).collect();
+    t.publish_all(&s, &refs).await;
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    loop {
+        let got_a = t.read_new(&s, "a", 3).await;
+        let got_b = t.read_new(&s, "b", 4).await;
+        if got_a.is_empty() && got_b.is_empty() {
+            break;
+        }
+        a.extend(texts(&got_a));
+        b.extend(texts(&got_b));
+    }
+    assert!(!a.is_empty() && !b.is_empty(), "both consumers got work");
+    assert!(
+        a.iter().all(|x| !b.contains(x)),
+        "no entry went to both: {a:?} / {b:?}"
+    );
+    let mut all: Vec<String> = a.into_iter().chain(b).collect();
+    all.sort_by_key(|x| x[4..].parse::<u32>().unwrap());
+    assert_eq!(all, items, "every entry went to one of them");
+}
+
+/// Independent groups each see every entry.
+pub async fn independent_groups_each_get_everything(t: Target) {
+    let s = t.stream("fan-out");
+    t.group_at(&s, "ledger", StreamStart::New).await;
+    t.group_at(&s, "fraud", StreamStart::New).await;
+    t.publish_all(&s, &["p1", "p2", "p3"]).await;
+    let ledger = t.read(&s, "ledger", "c", ReadMode::New, 10).await;
+    let fraud = t.read(&s, "fraud", "c", ReadMode::New, 10).await;
+    assert_eq!(texts(&ledger), ["p1", "p2", "p3"]);
+    assert_eq!(texts(&fraud), ["p1", "p2", "p3"]);
+    t.broker.ack(&s, "ledger", &ids(&ledger)).await.unwrap();
+    assert_eq!(
+        t.broker.group_info(&s, "fraud").await.unwrap().pending,
+        3,
+        "acks are per group"
+    );
+}
+
+// ---- rule 3: pending -----------------------------------------------------------
+
+/// While a claim stands, no read hands the entry out again.
+pub async fn an_offset_in_flight_is_not_handed_out_again(t: Target) {
+    let s = t.stream("in-flight");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a"]).await;
+    assert_eq!(texts(&t.read_new(&s, "c1", 10).await), ["a"]);
+    assert!(t.read_new(&s, "c2", 10).await.is_empty());
+    t.advance(MIN_IDLE / 2).await;
+    assert!(
+        t.claiming(&s, "c2", 10).await.is_empty(),
+        "claim still stands"
+    );
+    let reclaim = ReadMode::Reclaim { min_idle: MIN_IDLE };
+    assert!(t.read(&s, G, "c3", reclaim, 10).await.is_empty());
+    assert_eq!(t.pending_count(&s).await, 1);
+}
+
+/// A pending entry records its owner, delivery count and idle time.
+pub async fn pending_entries_record_owner_count_and_idle_time(t: Target) {
+    let s = t.stream("pending-record");
+    t.group_at(&s, G, StreamStart::New).await;
+    let sent = t.publish_all(&s, &["a", "b"]).await;
+    t.read_new(&s, "c1", 1).await;
+    t.read_new(&s, "c2", 1).await;
+    t.advance(Duration::from_millis(120)).await;
+    let pending = t
+        .broker
+        .pending(&s, G, EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 2);
+    assert_eq!(pending[0].id, sent[0]);
+    assert_eq!(pending[0].consumer.as_deref(), Some("c1"));
+    assert_eq!(pending[1].consumer.as_deref(), Some("c2"));
+    assert!(pending.iter().all(|p| p.times_delivered == 1));
+    assert!(pending.iter().all(|p| p.idle_ms >= 120), "{pending:?}");
+    assert!(pending.iter().all(|p| p.owed_in_ms.is_none()));
+    let c2 = t
+        .broker
+        .pending(&s, G, EntryId::ZERO, 10, Some("c2"))
+        .await
+        .unwrap();
+    assert_eq!(c2.iter().map(|p| p.id).collect::<Vec<_>>(), [sent[1]]);
+}
+
+// ---- rule 4: claims -------------------------------------------------------------
+
+/// An entry idle for min_idle goes to another consumer, count +1.
+pub async fn a_lapsed_claim_is_handed_out_again(t: Target) {
+    let s = t.stream("lapsed");
+    t.group_at(&s, G, StreamStart::New).await;
+    let sent = t.publish_all(&s, &["a"]).await;
+    let first = t.read_new(&s, "crashed", 10).await;
+    assert_eq!(counts(&first), [0]);
+    t.advance(MIN_IDLE).await;
+    let claimed = t.claiming(&s, "rescuer", 10).await;
+    assert_eq!(ids(&claimed), sent);
+    assert_eq!(
+        counts(&claimed),
+        [1],
+        "a first recovery reports one earlier delivery"
+    );
+    assert!(claimed.deliveries[0].idle_ms >= MIN_IDLE.as_millis() as u64);
+    let pending = t
+        .broker
+        .pending(&s, G, EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        pending[0].consumer.as_deref(),
+        Some("rescuer"),
+        "ownership moved"
+    );
+    assert_eq!(pending[0].times_delivered, 2);
+    assert!(
+        t.claiming(&s, "third", 10).await.is_empty(),
+        "the new claim stands"
+    );
+}
+
+/// Owed entries (here: idle ones) go out before new ones.
+pub async fn owed_records_go_out_before_new_ones(t: Target) {
+    let s = t.stream("owed-first");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["old-1", "old-2"]).await;
+    t.read_new(&s, "crashed", 10).await;
+    t.advance(MIN_IDLE).await;
+    t.publish_all(&s, &["new-1", "new-2"]).await;
+    let batch = t.claiming(&s, "rescuer", 3).await;
+    assert_eq!(texts(&batch), ["old-1", "old-2", "new-1"]);
+    assert_eq!(counts(&batch), [1, 1, 0]);
+    let nacked = ids(&batch)[2];
+    t.broker
+        .retry(&s, G, &[nacked], Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
+    let next = t.read_new(&s, "other", 10).await;
+    assert_eq!(
+        texts(&next),
+        ["new-1", "new-2"],
+        "the nacked entry first, then the new one"
+    );
+}
+
+/// Reclaim reads take idle entries only, never new ones.
+pub async fn reclaim_never_hands_out_new_entries(t: Target) {
+    let s = t.stream("reclaim-only");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a"]).await;
+    t.read_new(&s, "crashed", 10).await;
+    t.publish_all(&s, &["b"]).await;
+    t.advance(MIN_IDLE).await;
+    let reclaim = ReadMode::Reclaim { min_idle: MIN_IDLE };
+    assert_eq!(texts(&t.read(&s, G, "rescuer", reclaim, 10).await), ["a"]);
+    assert!(t.read(&s, G, "rescuer", reclaim, 10).await.is_empty());
+    assert_eq!(t.lag(&s).await, 1, "b is still undelivered");
+}
+
+// ---- rule 5: own pending -----------------------------------------------------------
+
+/// A restarted consumer re-reads its own pending entries, and only its own.
+pub async fn a_consumer_rereads_its_own_pending_after_a_restart(t: Target) {
+    let s = t.stream("own-pending");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a", "b", "c", "d"]).await;
+    t.read_new(&s, "stable", 2).await;
+    t.read_new(&s, "other", 1).await;
+    t.read_new(&s, "stable", 1).await;
+    let own = |after| ReadMode::OwnPending { after };
+    let first = t.read(&s, G, "stable", own(EntryId::ZERO), 2).await;
+    assert_eq!(texts(&first), ["a", "b"]);
+    assert_eq!(counts(&first), [1, 1]);
+    let rest = t
+        .read(&s, G, "stable", own(*ids(&first).last().unwrap()), 10)
+        .await;
+    assert_eq!(texts(&rest), ["d"]);
+    assert_eq!(t.lag(&s).await, 0, "re-reading does not move the cursor");
+}
+
+// ---- rule 6: ack ------------------------------------------------------------------
+
+/// Ack removes entries from pending; acking again or an unknown id is a no-op.
+pub async fn ack_is_idempotent(t: Target) {
+    let s = t.stream("ack");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a", "b"]).await;
+    let batch = t.read_new(&s, "c1", 10).await;
+    let got = ids(&batch);
+    assert_eq!(t.broker.ack(&s, G, &got[..1]).await.unwrap(), 1);
+    assert_eq!(t.broker.ack(&s, G, &got[..1]).await.unwrap(), 0);
+    assert_eq!(t.broker.ack(&s, G, &[EntryId::new(1, 1)]).await.unwrap(), 0);
+    assert_eq!(t.broker.ack(&s, G, &got).await.unwrap(), 1);
+    assert_eq!(t.pending_count(&s).await, 0);
+    t.advance(MIN_IDLE).await;
+    assert!(
+        t.claiming(&s, "c2", 10).await.is_empty(),
+        "acked entries never come back"
+    );
+}
+
+// ---- rule 7: retries ----------------------------------------------------------------
+
+/// A retry with a delay is owed after the delay, not before.
+pub async fn a_retry_with_delay_is_owed_after_the_delay_not_before(t: Target) {
+    let s = t.stream("retry-after");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a"]).await;
+    let got = ids(&t.read_new(&s, "c1", 10).await);
+    let delay = Duration::from_millis(500);
+    assert_eq!(
+        t.broker
+            .retry(&s, G, &got, Retry::After(delay))
+            .await
+            .unwrap(),
+        1
+    );
+    t.advance(delay - Duration::from_millis(100)).await;
+    assert!(
+        t.claiming(&s, "c2", 10).await.is_empty(),
+        "not owed before the delay"
+    );
+    assert!(t.read_new(&s, "c2", 10).await.is_empty());
+    t.advance(Duration::from_millis(100)).await;
+    let again = t.read_new(&s, "c2", 10).await;
+    assert_eq!(ids(&again), got);
+    assert_eq!(counts(&again), [1]);
+    assert_eq!(t.pending_count(&s).await, 1);
+}
+
+/// An immediate nack makes the entry owed at once, to any consumer.
+pub async fn an_immediate_nack_is_owed_at_once(t: Target) {
+    let s = t.stream("nack");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a"]).await;
+    let got = ids(&t.read_new(&s, "c1", 10).await);
+    t.broker
+        .retry(&s, G, &got, Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
+    let pending = t
+        .broker
+        .pending(&s, G, EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(pending[0].consumer, None, "an owed entry is held by nobody");
+    assert_eq!(pending[0].owed_in_ms, Some(0));
+    let again = t.claiming(&s, "c2", 10).await;
+    assert_eq!(ids(&again), got);
+    assert_eq!(counts(&again), [1]);
+}
+
+/// Retry with copy: the original is acked, a copy goes behind the entries
+/// appended meanwhile, carrying the original's delivery count.
+pub async fn a_retry_copy_goes_behind_newer_entries_and_keeps_its_count(t: Target) {
+    let s = t.stream("retry-copy");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a"]).await;
+    let got = ids(&t.read_new(&s, "c1", 10).await);
+    t.publish_all(&s, &["b"]).await;
+    assert_eq!(t.broker.retry(&s, G, &got, Retry::Copy).await.unwrap(), 1);
+    let pending = t
+        .broker
+        .pending(&s, G, EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    assert!(
+        pending.iter().all(|p| p.id != got[0]),
+        "the original is acked"
+    );
+    let next = t.read_new(&s, "c1", 10).await;
+    assert_eq!(texts(&next), ["b", "a"]);
+    assert_eq!(
+        counts(&next),
+        [0, 1],
+        "the copy carries one earlier delivery"
+    );
+    assert!(next.deliveries[1].id() > got[0]);
+    t.broker
+        .retry(&s, G, &ids(&next)[1..], Retry::Copy)
+        .await
+        .unwrap();
+    let third = t.read_new(&s, "c1", 10).await;
+    assert_eq!(counts(&third), [2], "the count goes on across copies");
+    assert_eq!(t.broker.stream_info(&s).await.unwrap().unwrap().length, 4);
+}
+
+/// A retry copy is for the group that retried; other groups pass over it.
+pub async fn a_retry_copy_is_only_for_its_group(t: Target) {
+    let s = t.stream("retry-copy-group");
+    t.group_at(&s, "ledger", StreamStart::New).await;
+    t.group_at(&s, "fraud", StreamStart::New).await;
+    t.publish_all(&s, &["a"]).await;
+    let got = t.read(&s, "ledger", "c", ReadMode::New, 10).await;
+    t.broker
+        .retry(&s, "ledger", &ids(&got), Retry::Copy)
+        .await
+        .unwrap();
+    t.publish_all(&s, &["b"]).await;
+    let fraud = t.read(&s, "fraud", "c", ReadMode::New, 10).await;
+    assert_eq!(texts(&fraud), ["a", "b"], "fraud sees each payment once");
+    let ledger = t.read(&s, "ledger", "c", ReadMode::New, 10).await;
+    assert_eq!(texts(&ledger), ["a", "b"], "ledger sees its copy, then b");
+}
+
+// ---- rule 8: dead letters -------------------------------------------------------------
+
+/// An entry delivered max_deliveries times is dead-lettered, not handed out.
+pub async fn a_record_is_given_up_on_after_the_attempt_bound(t: Target) {
+    let s = t.stream("attempt-bound");
+    t.group_at(&s, G, StreamStart::New).await;
+    let sent = t.publish_all(&s, &["poison", "fine"]).await;
+    let bounded = |consumer| {
+        ReadRequest::new(
+            "",
+            G,
+            consumer,
+            ReadMode::Claiming { min_idle: MIN_IDLE },
+            1,
+        )
+        .max_deliveries(3)
+    };
+    let mut deliveries = 0;
+    for _ in 0..3 {
+        let batch = t
+            .broker
+            .read(ReadRequest {
+                stream: &s,
+                ..bounded("w")
+            })
+            .await
+            .unwrap();
+        assert_eq!(ids(&batch), sent[..1]);
+        deliveries += 1;
+        t.advance(MIN_IDLE).await;
+    }
+    let batch = t
+        .broker
+        .read(ReadRequest {
+            stream: &s,
+            ..bounded("w")
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        batch.dead_lettered,
+        sent[..1],
+        "given up after {deliveries} deliveries"
+    );
+    assert_eq!(texts(&batch), ["fine"], "the queue moves on");
+    let dead = t
+        .broker
+        .dead_letters(&s, G, EntryId::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].times_delivered, 3);
+    assert!(
+        dead[0].reason.contains("max_deliveries"),
+        "{}",
+        dead[0].reason
+    );
+    assert_eq!(t.pending_count(&s).await, 1);
+}
+
+/// Dead letters are listed with their reason, count and entry.
+pub async fn dead_letters_are_listed_with_reason_and_count(t: Target) {
+    let s = t.stream("dead-list");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["bad", "ok"]).await;
+    let got = ids(&t.read_new(&s, "c1", 10).await);
+    t.advance(MIN_IDLE).await;
+    t.claiming(&s, "c2", 1).await;
+    assert_eq!(
+        t.broker
+            .dead_letter(&s, G, &got[..1], "cannot decode: expected u64")
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        t.broker
+            .dead_letter(&s, G, &got[..1], "again")
+            .await
+            .unwrap(),
+        0,
+        "no longer pending"
+    );
+    let dead = t
+        .broker
+        .dead_letters(&s, G, EntryId::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].id(), got[0]);
+    assert_eq!(dead[0].reason, "cannot decode: expected u64");
+    assert_eq!(dead[0].times_delivered, 2);
+    assert_eq!(dead[0].entry.payload(), b"bad");
+    let info = t.broker.group_info(&s, G).await.unwrap();
+    assert_eq!((info.pending, info.dead_letters), (1, 1));
+}
+
+/// A redriven dead letter is handed out again.
+pub async fn a_redriven_record_is_handed_out_again(t: Target) {
+    let s = t.stream("redrive");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a"]).await;
+    let got = ids(&t.read_new(&s, "c1", 10).await);
+    t.broker.dead_letter(&s, G, &got, "bug").await.unwrap();
+    assert!(t.read_new(&s, "c1", 10).await.is_empty());
+    assert_eq!(t.broker.redrive(&s, G, &got).await.unwrap(), 1);
+    assert_eq!(
+        t.broker.redrive(&s, G, &got).await.unwrap(),
+        0,
+        "no longer a dead letter"
+    );
+    let again = t.read_new(&s, "c2", 10).await;
+    assert_eq!(ids(&again), got);
+    assert!(
+        t.broker
+            .dead_letters(&s, G, EntryId::ZERO, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A redriven record's delivery count starts again from zero.
+pub async fn a_redriven_record_gets_its_attempts_back(t: Target) {
+    let s = t.stream("redrive-attempts");
+    t.group_at(&s, G, StreamStart::New).await;
+    let sent = t.publish_all(&s, &["a"]).await;
+    assert_eq!(counts(&t.bounded_claim(&s, 2).await), [0]);
+    t.advance(MIN_IDLE).await;
+    assert_eq!(counts(&t.bounded_claim(&s, 2).await), [1]);
+    t.advance(MIN_IDLE).await;
+    assert_eq!(t.bounded_claim(&s, 2).await.dead_lettered, sent);
+    t.broker.redrive(&s, G, &sent).await.unwrap();
+    let again = t.bounded_claim(&s, 2).await;
+    assert_eq!(counts(&again), [0], "attempts start over");
+    t.advance(MIN_IDLE).await;
+    assert_eq!(
+        counts(&t.bounded_claim(&s, 2).await),
+        [1],
+        "and the bound applies afresh"
+    );
+    let pending = t
+        .broker
+        .pending(&s, G, EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(pending[0].times_delivered, 2);
+}
+
+/// Redrive does not move the group's cursor: finished work stays finished.
+pub async fn redrive_does_not_move_the_cursor(t: Target) {
+    let s = t.stream("redrive-cursor");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a", "b", "c"]).await;
+    let got = ids(&t.read_new(&s, "c1", 10).await);
+    t.broker.ack(&s, G, &got[1..]).await.unwrap();
+    t.broker.dead_letter(&s, G, &got[..1], "bug").await.unwrap();
+    t.publish_all(&s, &["d"]).await;
+    let before = t.broker.group_info(&s, G).await.unwrap();
+    t.broker.redrive(&s, G, &got[..1]).await.unwrap();
+    let after = t.broker.group_info(&s, G).await.unwrap();
+    assert_eq!(after.last_delivered, before.last_delivered);
+    assert_eq!(after.lag, before.lag);
+    assert_eq!(
+        texts(&t.read_new(&s, "c1", 10).await),
+        ["a", "d"],
+        "b and c stay done"
+    );
+}
+
+/// Discard drops a dead letter for good.
+pub async fn discard_drops_a_dead_letter(t: Target) {
+    let s = t.stream("discard");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a"]).await;
+    let got = ids(&t.read_new(&s, "c1", 10).await);
+    t.broker
+        .dead_letter(&s, G, &got, "unprocessable")
+        .await
+        .unwrap();
+    assert_eq!(t.broker.discard(&s, G, &got).await.unwrap(), 1);
+    assert_eq!(t.broker.discard(&s, G, &got).await.unwrap(), 0);
+    assert!(
+        t.broker
+            .dead_letters(&s, G, EntryId::ZERO, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(t.broker.redrive(&s, G, &got).await.unwrap(), 0);
+    let info = t.broker.group_info(&s, G).await.unwrap();
+    assert_eq!((info.pending, info.dead_letters), (0, 0));
+}
+
+/// Trimming never loses a dead letter or a pending entry: both can still be
+/// redriven or claimed, with their payloads.
+pub async fn dead_letters_and_pending_entries_survive_trimming(t: Target) {
+    let s = t.stream("trim-pinned");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["dead", "held", "done"]).await;
+    let got = ids(&t.read_new(&s, "c1", 10).await);
+    t.broker.dead_letter(&s, G, &got[..1], "bug").await.unwrap();
+    t.broker.ack(&s, G, &got[2..]).await.unwrap();
+    t.publish_all(&s, &["x", "y"]).await;
+    t.broker.trim(&s, Trim::MaxLen(1)).await.unwrap();
+    let dead = t
+        .broker
+        .dead_letters(&s, G, EntryId::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].entry.payload(), b"dead");
+    t.advance(MIN_IDLE).await;
+    let claimed = t.claiming(&s, "c2", 1).await;
+    assert_eq!(
+        texts(&claimed),
+        ["held"],
+        "a pending entry outlives trimming"
+    );
+    t.broker.redrive(&s, G, &got[..1]).await.unwrap();
+    let again = t.claiming(&s, "c2", 1).await;
+    assert_eq!(
+        texts(&again),
+        ["dead"],
+        "a dead letter is redriven after trimming"
+    );
+}
+
+// ---- rule 9: group info -------------------------------------------------------------------
+
+/// Lag, pending and dead-letter counts and the cursor follow every step.
+pub async fn lag_and_pending_counts_are_right_after_each_step(t: Target) {
+    let s = t.stream("counts");
+    t.group_at(&s, G, StreamStart::New).await;
+    let info = t.broker.group_info(&s, G).await.unwrap();
+    assert_eq!(
+        (info.lag, info.pending, info.dead_letters, info.consumers),
+        (0, 0, 0, 0)
+    );
+    let sent = t.publish_all(&s, &["a", "b", "c", "d"]).await;
+    assert_eq!((t.lag(&s).await, t.pending_count(&s).await), (4, 0));
+    let got = ids(&t.read_new(&s, "c1", 3).await);
+    let info = t.broker.group_info(&s, G).await.unwrap();
+    assert_eq!((info.lag, info.pending, info.consumers), (1, 3, 1));
+    assert_eq!(info.last_delivered, sent[2]);
+    t.broker.ack(&s, G, &got[..1]).await.unwrap();
+    assert_eq!((t.lag(&s).await, t.pending_count(&s).await), (1, 2));
+    t.broker
+        .dead_letter(&s, G, &got[1..2], "bad")
+        .await
+        .unwrap();
+    let info = t.broker.group_info(&s, G).await.unwrap();
+    assert_eq!((info.lag, info.pending, info.dead_letters), (1, 1, 1));
+    t.read_new(&s, "c2", 10).await;
+    let info = t.broker.group_info(&s, G).await.unwrap();
+    assert_eq!((info.lag, info.pending, info.consumers), (0, 2, 2));
+    assert_eq!(info.last_delivered, sent[3]);
+}
+
+/// Consumer info reports each consumer's pending count and idle time.
+pub async fn consumer_info_reports_pending_and_idle_time(t: Target) {
+    let s = t.stream("consumers");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a", "b", "c"]).await;
+    t.read_new(&s, "alpha", 2).await;
+    t.advance(Duration::from_millis(200)).await;
+    t.read_new(&s, "beta", 2).await;
+    let consumers = t.broker.consumers(&s, G).await.unwrap();
+    let names: Vec<_> = consumers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["alpha", "beta"]);
+    assert_eq!((consumers[0].pending, consumers[1].pending), (2, 1));
+    assert!(consumers[0].idle_ms >= 200, "{consumers:?}");
+    assert!(consumers[1].idle_ms < 200, "{consumers:?}");
+}
+
+// ---- rule 10: blocking reads ------------------------------------------------------------------
+
+/// A blocking read wakes as soon as an entry arrives.
+pub async fn a_blocking_read_wakes_when_an_entry_arrives(t: Target) {
+    let s = t.stream("block-wake");
+    t.group_at(&s, G, StreamStart::New).await;
+    let broker = Arc::clone(&t.broker);
+    let stream = s.clone();
+    let producer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        broker.publish(&stream, msg("late")).await.unwrap();
+    });
+    let started = tokio::time::Instant::now();
+    let request = ReadRequest::new(&s, G, "c1", ReadMode::New, 10).block(Duration::from_secs(10));
+    let batch = t.broker.read(request).await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(texts(&batch), ["late"]);
+    assert!(
+        waited >= Duration::from_millis(200),
+        "returned before the publish: {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(2), "woke late: {waited:?}");
+    producer.await.unwrap();
+}
+
+/// A blocking read with nothing to return gives up after its block time with
+/// an empty batch, not an error.
+pub async fn a_blocking_read_returns_an_empty_batch_after_its_block_time(t: Target) {
+    let s = t.stream("block-timeout");
+    t.group_at(&s, G, StreamStart::New).await;
+    let started = tokio::time::Instant::now();
+    let block = Duration::from_millis(400);
+    let request = ReadRequest::new(&s, G, "c1", ReadMode::New, 10).block(block);
+    let batch = t.broker.read(request).await.unwrap();
+    let waited = started.elapsed();
+    assert!(batch.is_empty() && batch.dead_lettered.is_empty());
+    assert!(waited >= block, "gave up early: {waited:?}");
+    assert!(waited < block * 5, "gave up late: {waited:?}");
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+/// Reading, acking or inspecting an unknown group is a NoGroup error naming
+/// the stream and the group.
+pub async fn an_unknown_group_is_a_clear_error(t: Target) {
+    let s = t.stream("unknown-group");
+    t.publish_all(&s, &["a"]).await;
+    let err = t
+        .broker
+        .read(ReadRequest::new(&s, "ghost", "c1", ReadMode::New, 1))
+        .await
+        .unwrap_err();
+    match &err {
+        BrokerError::NoGroup { stream, group } => {
+            assert_eq!((stream.as_str(), group.as_str()), (s.as_str(), "ghost"));
+        }
+        other => panic!("expected NoGroup, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("ghost") && text.contains(&s), "{text}");
+    assert!(matches!(
+        t.broker.group_info(&s, "ghost").await,
+        Err(BrokerError::NoGroup { .. })
+    ));
+    let other_stream = t.stream("no-stream-at-all");
+    assert!(matches!(
+        t.broker
+            .read(ReadRequest::new(&other_stream, G, "c1", ReadMode::New, 1))
+            .await,
+        Err(BrokerError::NoGroup { .. })
+    ));
+}
