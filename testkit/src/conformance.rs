@@ -136,6 +136,7 @@ macro_rules! conformance_suite {
             redrive_does_not_move_the_cursor,
             discard_drops_a_dead_letter,
             dead_letters_and_pending_entries_survive_trimming,
+            a_retry_copy_survives_trimming_until_read,
             lag_and_pending_counts_are_right_after_each_step,
             consumer_info_reports_pending_and_idle_time,
             a_blocking_read_wakes_when_an_entry_arrives,
@@ -933,6 +934,21 @@ pub async fn dead_letters_and_pending_entries_survive_trimming(t: Target) {
         ["dead"],
         "a dead letter is redriven after trimming"
     );
+}
+
+/// A retry copy not yet read by its group is the only record of owed work
+/// (its original is acked), so trimming keeps it.
+pub async fn a_retry_copy_survives_trimming_until_read(t: Target) {
+    let s = t.stream("trim-copy");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a"]).await;
+    let got = ids(&t.read_new(&s, "c1", 10).await);
+    t.broker.retry(&s, G, &got, Retry::Copy).await.unwrap();
+    t.publish_all(&s, &["b", "c"]).await;
+    t.broker.trim(&s, Trim::MaxLen(1)).await.unwrap();
+    let next = t.read_new(&s, "c1", 10).await;
+    assert_eq!(texts(&next), ["a", "c"], "the copy survived; b was trimmed unread");
+    assert_eq!(counts(&next), [1, 0]);
 }
 
 // ---- rule 9: group info -------------------------------------------------------------------

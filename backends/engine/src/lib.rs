@@ -274,6 +274,17 @@ impl StreamState {
         self.groups.values().any(|g| g.holds(id))
     }
 
+    /// Whether `stored` is a retry copy its group has not read yet: the
+    /// original is already acked, so the copy is the only record of work
+    /// still owed and must survive trimming like a pending entry.
+    fn unread_copy(&self, stored: &Stored) -> bool {
+        stored.copy.as_ref().is_some_and(|c| {
+            self.groups
+                .get(&c.group)
+                .is_some_and(|g| g.cursor < stored.id)
+        })
+    }
+
     /// Drops retained entries that no group needs any more.
     fn release(&mut self, ids: impl IntoIterator<Item = EntryId>) {
         if self.retained.is_empty() {
@@ -382,7 +393,9 @@ impl Engine {
     }
 
     /// Moves an existing group's cursor; pending entries and dead letters
-    /// stay as they are.
+    /// stay as they are. Moving it back re-delivers settled (acked or
+    /// discarded) entries as new; entries still pending or dead-lettered are
+    /// passed over by new reads.
     pub fn set_group_position(
         &mut self,
         stream: &str,
@@ -491,6 +504,10 @@ impl Engine {
                 .range((Bound::Excluded(g.cursor), Bound::Unbounded))
                 .map(|(_, s)| s)
                 .chain(entries.range(start..));
+            // Only a cursor moved back can have pending or dead entries
+            // after it; checking that once keeps the common path lookup-free.
+            let rewound = g.pending.last_key_value().is_some_and(|(id, _)| *id > g.cursor)
+                || g.dead.last_key_value().is_some_and(|(id, _)| *id > g.cursor);
             let mut cursor = g.cursor;
             let mut new_ones: Vec<&Stored> = Vec::new();
             for stored in fresh {
@@ -498,7 +515,11 @@ impl Engine {
                     break;
                 }
                 cursor = stored.id;
-                if stored.is_for(req.group) {
+                // Pass over copies for other groups, and entries the group
+                // already has pending or dead-lettered (the cursor was moved
+                // back): those are not new, and handing them out again would
+                // break a standing claim (rule 3) and reset their counts.
+                if stored.is_for(req.group) && !(rewound && g.holds(&stored.id)) {
                     new_ones.push(stored);
                 }
             }
@@ -587,6 +608,7 @@ impl Engine {
         now_ms: u64,
     ) -> BrokerResult<Vec<Retried>> {
         let s = self.stream_mut(stream, group)?;
+        s.group(stream, group)?;
         let mut out = Vec::new();
         for &id in ids {
             let g = s.group_mut(stream, group)?;
@@ -713,7 +735,10 @@ impl Engine {
             stream: stream.to_owned(),
             name: group.to_owned(),
             last_delivered: g.cursor,
-            lag: s.after(g.cursor).filter(|e| e.is_for(group)).count() as u64,
+            lag: s
+                .after(g.cursor)
+                .filter(|e| e.is_for(group) && !g.holds(&e.id))
+                .count() as u64,
             pending: g.pending.len() as u64,
             dead_letters: g.dead.len() as u64,
             consumers: g.consumers.len() as u64,
@@ -869,7 +894,7 @@ impl Engine {
             let Some(front) = s.entries.pop_front() else {
                 break;
             };
-            if s.pinned(&front.id) {
+            if s.pinned(&front.id) || s.unread_copy(&front) {
                 s.retained.insert(front.id, front);
             } else {
                 removed += 1;
