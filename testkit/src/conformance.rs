@@ -947,7 +947,11 @@ pub async fn a_retry_copy_survives_trimming_until_read(t: Target) {
     t.publish_all(&s, &["b", "c"]).await;
     t.broker.trim(&s, Trim::MaxLen(1)).await.unwrap();
     let next = t.read_new(&s, "c1", 10).await;
-    assert_eq!(texts(&next), ["a", "c"], "the copy survived; b was trimmed unread");
+    assert_eq!(
+        texts(&next),
+        ["a", "c"],
+        "the copy survived; b was trimmed unread"
+    );
     assert_eq!(counts(&next), [1, 0]);
 }
 

@@ -506,8 +506,13 @@ impl Engine {
                 .chain(entries.range(start..));
             // Only a cursor moved back can have pending or dead entries
             // after it; checking that once keeps the common path lookup-free.
-            let rewound = g.pending.last_key_value().is_some_and(|(id, _)| *id > g.cursor)
-                || g.dead.last_key_value().is_some_and(|(id, _)| *id > g.cursor);
+            let rewound = g
+                .pending
+                .last_key_value()
+                .is_some_and(|(id, _)| *id > g.cursor)
+                || g.dead
+                    .last_key_value()
+                    .is_some_and(|(id, _)| *id > g.cursor);
             let mut cursor = g.cursor;
             let mut new_ones: Vec<&Stored> = Vec::new();
             for stored in fresh {
