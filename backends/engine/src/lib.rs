@@ -104,8 +104,12 @@ struct StreamState {
 struct Group {
     cursor: EntryId,
     pending: BTreeMap<EntryId, Pending>,
-    /// Held entries by (last delivery time, id).
-    held_by_time: BTreeSet<(u64, EntryId)>,
+    /// Held entries as (last delivery time, id), in delivery order, which is
+    /// time order while the clock does not step back. Kept lazily: acks and
+    /// redeliveries leave stale records behind, which reads drop from the
+    /// front (and compact when they pile up), so the hot path pays one
+    /// push per delivery instead of two tree updates.
+    held_by_time: VecDeque<(u64, EntryId)>,
     /// Owed entries by (due time, id).
     owed_by_time: BTreeSet<(u64, EntryId)>,
     consumers: Vec<Consumer>,
@@ -163,7 +167,7 @@ impl Group {
         Group {
             cursor,
             pending: BTreeMap::new(),
-            held_by_time: BTreeSet::new(),
+            held_by_time: VecDeque::new(),
             owed_by_time: BTreeSet::new(),
             consumers: Vec::new(),
             consumer_index: HashMap::new(),
@@ -193,10 +197,10 @@ impl Group {
     }
 
     fn unindex(&mut self, id: EntryId, p: &Pending) {
-        match p.claim {
-            Claim::Held { .. } => self.held_by_time.remove(&(p.since_ms, id)),
-            Claim::Owed { due_ms } => self.owed_by_time.remove(&(due_ms, id)),
-        };
+        // Held records go stale and are dropped lazily (see `held_by_time`).
+        if let Claim::Owed { due_ms } = p.claim {
+            self.owed_by_time.remove(&(due_ms, id));
+        }
     }
 
     fn insert_pending(&mut self, id: EntryId, p: Pending) {
@@ -204,9 +208,54 @@ impl Group {
             self.unindex(id, &old);
         }
         match p.claim {
-            Claim::Held { .. } => self.held_by_time.insert((p.since_ms, id)),
-            Claim::Owed { due_ms } => self.owed_by_time.insert((due_ms, id)),
-        };
+            Claim::Held { .. } => self.held_by_time.push_back((p.since_ms, id)),
+            Claim::Owed { due_ms } => {
+                self.owed_by_time.insert((due_ms, id));
+            }
+        }
+    }
+
+    /// Whether a `held_by_time` record still describes the entry's claim.
+    fn is_current(&self, since_ms: u64, id: EntryId) -> bool {
+        self.pending
+            .get(&id)
+            .is_some_and(|p| p.since_ms == since_ms && matches!(p.claim, Claim::Held { .. }))
+    }
+
+    /// Drops stale records from the front of `held_by_time`, and compacts
+    /// it when stale records behind a long-held entry pile up.
+    fn prune_held(&mut self) {
+        while let Some(&(since, id)) = self.held_by_time.front() {
+            if self.is_current(since, id) {
+                break;
+            }
+            self.held_by_time.pop_front();
+        }
+        if self.held_by_time.len() > 2 * self.pending.len() + 1024 {
+            let mut queue = std::mem::take(&mut self.held_by_time);
+            queue.retain(|&(since, id)| self.is_current(since, id));
+            self.held_by_time = queue;
+        }
+    }
+
+    /// Held entries idle since `threshold` or earlier, longest idle first,
+    /// at most `room`, leaving out `skip`.
+    fn idle_since(
+        &self,
+        threshold: u64,
+        room: usize,
+        skip: &[(EntryId, u32, u64)],
+    ) -> Vec<EntryId> {
+        let mut out: Vec<EntryId> = Vec::new();
+        for &(since, id) in &self.held_by_time {
+            if out.len() >= room || since > threshold {
+                break;
+            }
+            if self.is_current(since, id) && !out.contains(&id) && !skip.iter().any(|h| h.0 == id) {
+                out.push(id);
+            }
+        }
+        out
     }
 
     fn holds(&self, id: &EntryId) -> bool {
@@ -420,6 +469,7 @@ impl Engine {
         let s = self.stream_mut(req.stream, req.group)?;
         let g = s.group_mut(req.stream, req.group)?;
         let consumer = g.consumer(req.consumer, now_ms);
+        g.prune_held();
         let max = req.max_deliveries;
         let mut handed: Vec<(EntryId, u32, u64)> = Vec::new();
         let mut dead_lettered = Vec::new();
@@ -459,13 +509,7 @@ impl Engine {
                 let threshold = now_ms.checked_sub(ms(min_idle));
                 if let Some(threshold) = threshold {
                     let room = req.count - handed.len();
-                    let idle: Vec<EntryId> = g
-                        .held_by_time
-                        .range(..=(threshold, EntryId::MAX))
-                        .map(|(_, id)| *id)
-                        .filter(|id| !handed.iter().any(|h| h.0 == *id))
-                        .take(room)
-                        .collect();
+                    let idle = g.idle_since(threshold, room, &handed);
                     for id in idle {
                         if let Some((count, idle)) =
                             g.redeliver(id, consumer, max, now_ms, &mut dead_lettered)
@@ -577,7 +621,8 @@ impl Engine {
         let idle = match req.mode {
             ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } => g
                 .held_by_time
-                .first()
+                .iter()
+                .find(|&&(since, id)| g.is_current(since, id))
                 .map(|(since, _)| since.saturating_add(ms(min_idle))),
             _ => None,
         };

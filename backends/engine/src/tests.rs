@@ -1821,3 +1821,24 @@ fn the_same_calls_at_the_same_times_give_the_same_state() {
     assert_eq!(info(&e1), info(&e2));
     assert_eq!(e1.stream_info(S), e2.stream_info(S));
 }
+
+#[test]
+fn the_idle_index_stays_small_while_one_entry_is_held_for_long() {
+    let mut e = Engine::new();
+    e.ensure_group(S, G, StreamStart::New, 0);
+    publish_n(&mut e, "stuck", 1, 1);
+    let stuck = ids(&read(&mut e, new_req("slow", 1), 1));
+    // A long stream of entries delivered and acked behind the stuck one.
+    for round in 0..100u64 {
+        let now = 10 + round;
+        publish_n(&mut e, "m", 100, now);
+        let got = ids(&read(&mut e, new_req("fast", 100), now));
+        assert_eq!(got.len(), 100);
+        e.ack(S, G, &got).unwrap();
+    }
+    let queued = e.streams[S].groups[G].held_by_time.len();
+    assert!(queued <= 1024 + 2 + 100, "stale records piled up: {queued}");
+    // The stuck entry is still claimable, and only it.
+    let claimed = read(&mut e, claiming_req("rescuer", 1_000, 10), 2_000);
+    assert_eq!(ids(&claimed), stuck);
+}
