@@ -1,18 +1,122 @@
 //! ruststream: a declarative worker framework for Rust services that
 //! consume streams through consumer groups.
 //!
-//! This crate is the one applications depend on. It re-exports the core
-//! types and the [`Broker`] trait from `ruststream-core`, and the built-in
-//! brokers behind features (`memory` on by default).
+//! A service annotates async functions with [`#[subscriber(...)]`](subscriber);
+//! the runtime reads a stream through a consumer group, runs each entry on a
+//! worker lane and settles it by what the function returns:
+//! [`HandlerOutcome::ack`], [`retry`](HandlerOutcome::retry),
+//! [`retry_after`](HandlerOutcome::retry_after) or
+//! [`dead_letter`](HandlerOutcome::dead_letter).
+//!
+//! ```
+//! use ruststream::prelude::*;
+//!
+//! const MIN_IDLE: Duration = Duration::from_secs(30);
+//!
+//! #[derive(Debug, PartialEq, Deserialize, Serialize, Outgoing)]
+//! #[outgoing(name = "payments")]
+//! struct Payment { id: u64, account: String, amount_cents: u64 }
+//!
+//! #[subscriber(RedisStream::claiming("payments", MIN_IDLE).group("ledger"), workers(8, by_key))]
+//! async fn post_payment(payment: &Payment, ctx: &mut Context<'_>) -> HandlerOutcome {
+//!     if payment.account.starts_with("migrating-") {
+//!         return HandlerOutcome::retry();
+//!     }
+//!     HandlerOutcome::ack()
+//! }
+//!
+//! fn app() -> impl App {
+//!     RustStream::new(AppInfo::new("payments", "0.1.0"))
+//!         .with_broker(MemoryBroker::new(), |b| {
+//!             b.include(post_payment);
+//!         })
+//! }
+//! # let _ = app();
+//! ```
+//!
+//! This crate re-exports the core types and the [`Broker`] trait from
+//! `ruststream-core`, the macros, and the built-in brokers behind features
+//! (`memory` on by default).
 
 #![forbid(unsafe_code)]
 
+mod app;
+mod context;
+mod observe;
+mod outcome;
+mod outgoing;
+mod runtime;
+mod stream;
+mod subscriber;
+
+pub use app::{
+    App, AppInfo, BrokerScope, DEFAULT_SHUTDOWN_DEADLINE, Include, Publish, ReplyTarget, Running,
+    RustStream, StartError, termination,
+};
+pub use context::{
+    Context, DELIVERY_COUNT_HEADER, HeaderView, IDLE_MS_HEADER, PARTITION_KEY_HEADER,
+};
+pub use observe::{Handled, Observer, Settlement};
+pub use outcome::{HandlerOutcome, IntoSettle, Settle};
+pub use outgoing::{Outgoing, PublishBuilder, PublishError, Publisher};
+pub use runtime::SubscriptionStats;
 pub use ruststream_core::*;
+pub use ruststream_macros::{Outgoing, app, subscriber};
+pub use stream::{Kind, RedisStream, Stream, Subscription};
+pub use subscriber::{Registration, Subscriber, SubscriberInfo, registered_subscribers};
 
 #[cfg(feature = "memory")]
 pub use ruststream_memory::MemoryBroker;
 
-// The README's code blocks compile and run as doctests.
-#[doc = include_str!("../../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;
+/// Everything a service module needs: `use ruststream::prelude::*;`.
+pub mod prelude {
+    #[cfg(feature = "memory")]
+    pub use crate::MemoryBroker;
+    pub use crate::{
+        App, AppInfo, Context, DELIVERY_COUNT_HEADER, EntryId, HandlerOutcome, IDLE_MS_HEADER,
+        Outgoing, PARTITION_KEY_HEADER, Publish, Publisher, RedisStream, RustStream, Stream,
+        StreamStart, subscriber,
+    };
+    pub use serde::{Deserialize, Serialize};
+    pub use std::time::Duration;
+}
+
+/// What the macros' generated code refers to. Not a public API: it may
+/// change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::run_main;
+    pub use crate::subscriber::{decode, reply};
+    pub use crate::{
+        App, Context, IntoSettle, Outgoing, Registration, Settle, Stream, Subscriber,
+        SubscriberInfo, Subscription,
+    };
+    pub use inventory;
+    pub use serde;
+}
+
+/// The `main` of a `#[ruststream::app]` binary: a tokio runtime, tracing
+/// from `RUST_LOG` (default `info`), the app until SIGINT or SIGTERM, then a
+/// graceful shutdown. Exits with status 1 and the error on stderr if the app
+/// cannot start. Call it from a hand-written `main` that needs more (its own
+/// command-line arguments, say).
+pub fn run_main<A: App>(make_app: fn() -> A) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the tokio runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let result = runtime.block_on(make_app().into_rust_stream().run());
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}

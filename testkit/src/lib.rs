@@ -1,8 +1,21 @@
 //! Testing tools for ruststream.
 //!
+//! - [`TestApp`]: runs a whole app in process on a memory broker and
+//!   tokio's paused clock, so that a 30-second claim timeout is tested in
+//!   microseconds; records what every subscriber received and how it was
+//!   settled.
 //! - [`conformance`]: the broker conformance suite (SPEC section 3), one
 //!   parameterised set of tests that every backend runs.
 
 #![forbid(unsafe_code)]
 
 pub mod conformance;
+mod harness;
+
+pub use harness::{Received, STEP_BUDGET, TestApp};
+
+// The README's code blocks compile and run as doctests here, where both
+// `ruststream` and this crate are dependencies.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

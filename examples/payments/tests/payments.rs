@@ -1,0 +1,259 @@
+//! The payments service on the testkit: a memory broker and a paused clock.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use payments::{MIN_IDLE, Migrations, Payment, Screened, service};
+use ruststream::{Broker, MemoryBroker, Message, ReadMode, ReadRequest, Settlement, StreamStart};
+use ruststream_testkit::TestApp;
+
+fn payment(id: u64, account: &str, amount_cents: u64) -> Payment {
+    Payment {
+        id,
+        account: account.to_owned(),
+        amount_cents,
+    }
+}
+
+fn app() -> ruststream::RustStream {
+    // The broker given here is replaced by the testkit's memory broker.
+    service(Arc::new(MemoryBroker::new()))
+}
+
+/// The guide's scenario: a payment for a migrating account is retried, the
+/// clock moves by MIN_IDLE, the ledger receives it a second time with
+/// DELIVERY_COUNT_HEADER = 1, and the stream holds no copy.
+#[tokio::test]
+async fn a_locked_payment_comes_back_after_min_idle_without_a_copy() {
+    let tb = TestApp::start(app()).await.unwrap();
+    let p = payment(1, "migrating-seed", 25_00);
+    tb.publish(&p).partition_key(&p.account).await.unwrap();
+    tb.run_until_quiet().await;
+
+    let first = tb.received("post_payment");
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].delivery_count, 0);
+    assert_eq!(first[0].settlement, Settlement::Retried { reason: None });
+    assert_eq!(tb.pending("payments", "ledger").await.len(), 1);
+
+    tb.advance(MIN_IDLE).await;
+    let ledger = tb.received("post_payment");
+    assert_eq!(ledger.len(), 2, "received a second time after MIN_IDLE");
+    assert_eq!(ledger[1].payload::<Payment>(), p);
+    assert_eq!(ledger[1].id, ledger[0].id, "the same entry, not a copy");
+    assert_eq!(ledger[1].delivery_count, 1);
+    assert_eq!(
+        tb.stream_len("payments").await,
+        1,
+        "the stream holds no copy"
+    );
+
+    Migrations::global().finish("migrating-seed");
+    tb.advance(MIN_IDLE).await;
+    let ledger = tb.received("post_payment");
+    assert_eq!(ledger.len(), 3);
+    assert_eq!(ledger[2].settlement, Settlement::Acked);
+    assert!(tb.pending("payments", "ledger").await.is_empty());
+    tb.shutdown().await;
+}
+
+/// Each redelivery of a locked payment counts the ones before it (the value
+/// the handler reads from DELIVERY_COUNT_HEADER).
+#[tokio::test]
+async fn the_delivery_count_header_counts_earlier_deliveries() {
+    let tb = TestApp::start(app()).await.unwrap();
+    tb.publish(&payment(2, "migrating-header", 1_00))
+        .await
+        .unwrap();
+    tb.run_until_quiet().await;
+    tb.advance(MIN_IDLE).await;
+    tb.advance(MIN_IDLE).await;
+    let counts: Vec<u32> = tb
+        .received("post_payment")
+        .iter()
+        .map(|r| r.delivery_count)
+        .collect();
+    assert_eq!(counts, [0, 1, 2]);
+    tb.shutdown().await;
+}
+
+/// workers(8, by_key): each account's payments are posted in the order
+/// they were published.
+#[tokio::test]
+async fn each_accounts_payments_are_posted_in_order() {
+    let tb = TestApp::start(app()).await.unwrap();
+    let accounts = ["acct-a", "acct-b", "acct-c", "acct-d", "acct-e"];
+    for id in 0..100u64 {
+        let account = accounts[(id as usize * 3 + id as usize / 4) % accounts.len()];
+        let p = payment(id, account, 100 + id);
+        tb.publish(&p).partition_key(&p.account).await.unwrap();
+    }
+    tb.run_until_quiet().await;
+    let posted = tb.received_as::<Payment>("post_payment");
+    assert_eq!(posted.len(), 100);
+    for account in accounts {
+        let ids: Vec<u64> = posted
+            .iter()
+            .filter(|p| p.account == account)
+            .map(|p| p.id)
+            .collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "{account} posted out of order: {ids:?}"
+        );
+    }
+    tb.shutdown().await;
+}
+
+/// The fraud group starts at the beginning, so it screens payments
+/// published before it existed; the ledger (new entries only) does not
+/// post them.
+#[tokio::test]
+async fn the_fraud_group_screens_payments_published_before_it_existed() {
+    let broker = MemoryBroker::new();
+    let publisher = ruststream::Publisher::new(Arc::new(broker.clone()));
+    publisher
+        .publish(&payment(10, "acct-old", 5_00))
+        .await
+        .unwrap();
+    publisher
+        .publish(&payment(11, "acct-old", 200_000_000))
+        .await
+        .unwrap();
+
+    let tb = TestApp::start_on(app(), broker).await.unwrap();
+    let screened = tb.received_as::<Payment>("screen_payment");
+    assert_eq!(screened.iter().map(|p| p.id).collect::<Vec<_>>(), [10, 11]);
+    let verdicts = tb.published_as::<Screened>("payments.screened").await;
+    assert_eq!(
+        verdicts,
+        [
+            Screened {
+                payment_id: 10,
+                suspicious: false
+            },
+            Screened {
+                payment_id: 11,
+                suspicious: true
+            },
+        ]
+    );
+    assert!(
+        tb.received("post_payment").is_empty(),
+        "the ledger starts at New"
+    );
+    assert!(
+        tb.pending("payments", "fraud").await.is_empty(),
+        "replies acked"
+    );
+    tb.shutdown().await;
+}
+
+/// A ledger worker that crashed holding payments: another consumer takes
+/// them over once they have been idle MIN_IDLE, counting the earlier
+/// delivery.
+#[tokio::test]
+async fn a_crashed_workers_payments_are_recovered_after_min_idle() {
+    let broker = MemoryBroker::new();
+    broker
+        .ensure_group("payments", "ledger", StreamStart::New)
+        .await
+        .unwrap();
+    let publisher = ruststream::Publisher::new(Arc::new(broker.clone()));
+    for id in 20..23 {
+        publisher
+            .publish(&payment(id, "acct-crash", 7_00))
+            .await
+            .unwrap();
+    }
+    // The worker that crashed: it read three payments and never acked.
+    let read = ReadRequest::new("payments", "ledger", "crashed-worker", ReadMode::New, 10);
+    assert_eq!(broker.read(read).await.unwrap().deliveries.len(), 3);
+
+    let tb = TestApp::start_on(app(), broker).await.unwrap();
+    assert!(
+        tb.received("post_payment").is_empty(),
+        "their claim still stands"
+    );
+    tb.advance(MIN_IDLE).await;
+    let recovered = tb.received("post_payment");
+    assert_eq!(
+        recovered
+            .iter()
+            .map(|r| r.payload::<Payment>().id)
+            .collect::<Vec<_>>(),
+        [20, 21, 22]
+    );
+    assert!(recovered.iter().all(|r| r.delivery_count == 1));
+    assert!(recovered.iter().all(|r| r.consumer != "crashed-worker"));
+    assert!(tb.pending("payments", "ledger").await.is_empty());
+    tb.shutdown().await;
+}
+
+/// A payload that is not a payment is dead-lettered at once by both groups,
+/// blocks nothing behind it, and can be redriven.
+#[tokio::test]
+async fn a_poison_payload_is_dead_lettered_and_can_be_redriven() {
+    let tb = TestApp::start(app()).await.unwrap();
+    let poison = tb
+        .publish_raw(
+            "payments",
+            Message::new(br#"{"id":"not a number"}"#.to_vec()),
+        )
+        .await
+        .unwrap();
+    tb.publish(&payment(30, "acct-fine", 1_00)).await.unwrap();
+    tb.run_until_quiet().await;
+
+    let posted: Vec<_> = tb
+        .received("post_payment")
+        .into_iter()
+        .filter(|r| r.settlement == Settlement::Acked)
+        .collect();
+    assert_eq!(posted.len(), 1, "the good one is posted");
+    assert_eq!(posted[0].payload::<Payment>().id, 30);
+    let dead = tb.dead_letters("payments", "ledger").await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].id(), poison);
+    assert!(
+        dead[0].reason.contains("cannot decode"),
+        "{}",
+        dead[0].reason
+    );
+    assert_eq!(tb.dead_letters("payments", "fraud").await.len(), 1);
+
+    let redriven = tb
+        .broker()
+        .redrive("payments", "ledger", &[poison])
+        .await
+        .unwrap();
+    assert_eq!(redriven, 1);
+    tb.run_until_quiet().await;
+    let again: Vec<_> = tb
+        .received("post_payment")
+        .into_iter()
+        .filter(|r| r.id == poison)
+        .collect();
+    assert_eq!(again.len(), 2, "handed out again after the redrive");
+    assert_eq!(again[1].delivery_count, 0, "with its attempts reset");
+    assert!(matches!(
+        again[1].settlement,
+        Settlement::DeadLettered { .. }
+    ));
+    assert_eq!(tb.dead_letters("payments", "ledger").await.len(), 1);
+    tb.shutdown().await;
+}
+
+/// The demo publishes its samples and finishes once everything is settled.
+#[tokio::test(start_paused = true)]
+async fn the_demo_settles_every_payment() {
+    let summary = payments::demo::run(MemoryBroker::new()).await.unwrap();
+    let n = payments::demo::sample_payments().len() as u64;
+    assert_eq!(summary.posted, n);
+    assert_eq!(summary.screened, n);
+    assert_eq!(summary.suspicious, 1);
+    assert!(summary.retried >= 1);
+    assert!(summary.took >= payments::demo::MIGRATION_DONE_AFTER);
+}

@@ -1,0 +1,215 @@
+//! Stream descriptors: what a subscriber reads and how.
+
+use std::time::Duration;
+
+use ruststream_core::{ReadMode, StreamStart};
+
+/// Describes which stream a subscriber reads, through which consumer group,
+/// and which entries it takes. Backend-neutral: the same descriptor works on
+/// the memory, file-log and Redis brokers.
+///
+/// ```
+/// use std::time::Duration;
+/// use ruststream::{RedisStream, StreamStart};
+///
+/// let ledger = RedisStream::claiming("payments", Duration::from_secs(30)).group("ledger");
+/// let fraud = RedisStream::new("payments").group("fraud").start_id(StreamStart::Beginning);
+/// assert_eq!(ledger.group_name(), Some("ledger"));
+/// assert_eq!(fraud.stream_name(), "payments");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stream {
+    stream: String,
+    kind: Kind,
+    group: Option<String>,
+    consumer: Option<String>,
+    start_id: StreamStart,
+    start_at: Option<StreamStart>,
+}
+
+/// The seed's name for [`Stream`]; it works unchanged on every backend.
+pub type RedisStream = Stream;
+
+/// Which entries a subscription takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// New entries only.
+    New,
+    /// Entries idle for `min_idle` first, then new ones, in one read.
+    Claiming {
+        /// How long an entry must sit idle before it is taken over.
+        min_idle: Duration,
+    },
+    /// Entries idle for `min_idle` only.
+    Reclaim {
+        /// How long an entry must sit idle before it is taken over.
+        min_idle: Duration,
+    },
+}
+
+impl Stream {
+    fn with_kind(stream: impl Into<String>, kind: Kind) -> Self {
+        Stream {
+            stream: stream.into(),
+            kind,
+            group: None,
+            consumer: None,
+            start_id: StreamStart::New,
+            start_at: None,
+        }
+    }
+
+    /// New entries of `stream` only (Redis `XREADGROUP ... >`). A retry
+    /// appends a copy of the entry.
+    pub fn new(stream: impl Into<String>) -> Self {
+        Stream::with_kind(stream, Kind::New)
+    }
+
+    /// Entries pending for at least `min_idle` (a stopped worker's, or
+    /// retried ones), then new entries, in one read. A retry leaves the
+    /// entry pending under its own id until it has been idle `min_idle`.
+    /// On Redis this needs 8.4 or later.
+    pub fn claiming(stream: impl Into<String>, min_idle: Duration) -> Self {
+        Stream::with_kind(stream, Kind::Claiming { min_idle })
+    }
+
+    /// Entries pending for at least `min_idle` only (Redis `XAUTOCLAIM`):
+    /// recovery beside a [`Stream::new`] subscription on the same group.
+    pub fn reclaim(stream: impl Into<String>, min_idle: Duration) -> Self {
+        Stream::with_kind(stream, Kind::Reclaim { min_idle })
+    }
+
+    /// The consumer group (required).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// A stable consumer name; by default consumers are named
+    /// `ruststream-0`, `ruststream-1`, ... in each process.
+    pub fn consumer(mut self, consumer: impl Into<String>) -> Self {
+        self.consumer = Some(consumer.into());
+        self
+    }
+
+    /// Where the group starts if it does not exist yet (default
+    /// [`StreamStart::New`]). An existing group keeps its cursor.
+    pub fn start_id(mut self, start: StreamStart) -> Self {
+        self.start_id = start;
+        self
+    }
+
+    /// Moves the group's cursor to `start` when the app starts, whether the
+    /// group exists or not.
+    pub fn start_at(mut self, start: StreamStart) -> Self {
+        self.start_at = Some(start);
+        self
+    }
+
+    /// The stream's name.
+    pub fn stream_name(&self) -> &str {
+        &self.stream
+    }
+
+    /// The group's name, if set.
+    pub fn group_name(&self) -> Option<&str> {
+        self.group.as_deref()
+    }
+
+    /// The stable consumer name, if set.
+    pub fn consumer_name(&self) -> Option<&str> {
+        self.consumer.as_deref()
+    }
+
+    /// Which entries the subscription takes.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Where a new group starts.
+    pub fn start(&self) -> StreamStart {
+        self.start_id
+    }
+
+    /// Where the cursor is moved at start-up, if anywhere.
+    pub fn moved_to(&self) -> Option<StreamStart> {
+        self.start_at
+    }
+
+    /// Whether a retry leaves the entry pending (claiming, reclaim) rather
+    /// than appending a copy (new).
+    pub fn retries_in_place(&self) -> bool {
+        !matches!(self.kind, Kind::New)
+    }
+
+    /// The broker read mode for this subscription.
+    pub fn read_mode(&self) -> ReadMode {
+        match self.kind {
+            Kind::New => ReadMode::New,
+            Kind::Claiming { min_idle } => ReadMode::Claiming { min_idle },
+            Kind::Reclaim { min_idle } => ReadMode::Reclaim { min_idle },
+        }
+    }
+}
+
+/// A subscriber's whole configuration: its descriptor and the options of
+/// `#[subscriber(...)]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subscription {
+    /// What it reads.
+    pub stream: Stream,
+    /// Lanes: at most this many handlers run at once.
+    pub workers: usize,
+    /// Whether entries with the same partition key share a lane.
+    pub by_key: bool,
+    /// Dead-letter an entry delivered this many times; `None`: unbounded.
+    pub max_deliveries: Option<u32>,
+    /// Entries read ahead of the handlers at most (default: 4 per worker).
+    pub prefetch: Option<usize>,
+}
+
+impl Subscription {
+    /// One worker, no attempt bound.
+    pub fn new(stream: Stream) -> Self {
+        Subscription {
+            stream,
+            workers: 1,
+            by_key: false,
+            max_deliveries: None,
+            prefetch: None,
+        }
+    }
+
+    /// `workers(n)`.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n;
+        self
+    }
+
+    /// `workers(n, by_key)`.
+    pub fn by_key(mut self) -> Self {
+        self.by_key = true;
+        self
+    }
+
+    /// `max_deliveries(n)`.
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.max_deliveries = Some(n);
+        self
+    }
+
+    /// `prefetch(n)`: read at most `n` entries ahead of the handlers.
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.prefetch = Some(n);
+        self
+    }
+
+    /// The read-ahead bound in force: `prefetch(n)` if given (at least
+    /// `workers`), else 4 entries per worker.
+    pub fn read_ahead(&self) -> usize {
+        self.prefetch
+            .unwrap_or(self.workers.saturating_mul(4))
+            .max(self.workers)
+            .max(1)
+    }
+}

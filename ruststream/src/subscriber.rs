@@ -1,0 +1,93 @@
+//! The trait `#[subscriber]` implements, and the registry of subscribers.
+
+use std::future::Future;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::{Context, Outgoing, Settle, Subscription};
+
+/// Where a subscriber was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubscriberInfo {
+    /// The handler function's name.
+    pub name: &'static str,
+    /// The module it is in.
+    pub module: &'static str,
+    /// The source file.
+    pub file: &'static str,
+    /// The line of the `#[subscriber]` attribute.
+    pub line: u32,
+}
+
+/// A subscriber: a handler function and its subscription. `#[subscriber]`
+/// implements this for a unit struct named after the function; write it by
+/// hand only for something the attribute cannot express.
+pub trait Subscriber: Send + Sync + 'static {
+    /// Where it was written.
+    fn info(&self) -> SubscriberInfo;
+
+    /// What it reads and its options.
+    fn subscription(&self) -> Subscription;
+
+    /// Whether it replies (`reply`): its handler returns a value that is
+    /// published.
+    fn replies(&self) -> bool {
+        false
+    }
+
+    /// Decodes the delivery in `ctx`, runs the handler and says how to
+    /// settle the entry.
+    fn handle<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a;
+}
+
+/// An entry of the registry of every `#[subscriber]` in a binary: tools
+/// list them with [`registered_subscribers`]. Whether an app runs one is
+/// still decided by `include`.
+#[derive(Debug)]
+pub struct Registration {
+    /// Where it was written.
+    pub info: SubscriberInfo,
+    /// Its subscription (built on demand: descriptors may use constants).
+    pub subscription: fn() -> Subscription,
+}
+
+inventory::collect!(Registration);
+
+/// Every subscriber declared with `#[subscriber]` in this binary, in no
+/// particular order.
+///
+/// ```
+/// for registration in ruststream::registered_subscribers() {
+///     let sub = (registration.subscription)();
+///     println!("{} reads {}", registration.info.name, sub.stream.stream_name());
+/// }
+/// ```
+pub fn registered_subscribers() -> impl Iterator<Item = &'static Registration> {
+    inventory::iter::<Registration>.into_iter()
+}
+
+/// Decodes a JSON payload into `T`; the error text names the type.
+pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(payload).map_err(|e| {
+        format!(
+            "cannot decode the payload as {}: {e}",
+            std::any::type_name::<T>()
+        )
+    })
+}
+
+/// Encodes a `reply` handler's value for its type's stream.
+pub fn reply<T: Outgoing + Serialize>(value: &T) -> Settle {
+    match serde_json::to_vec(value) {
+        Ok(payload) => Settle::Reply {
+            stream: T::STREAM,
+            payload,
+        },
+        Err(e) => Settle::ReplyUnencodable(format!(
+            "cannot encode the reply {} for stream {:?}: {e}",
+            std::any::type_name::<T>(),
+            T::STREAM
+        )),
+    }
+}

@@ -1,0 +1,728 @@
+//! The runtime on the memory broker, on a paused clock: outcomes on both
+//! subscription kinds, lanes, read-ahead, shutdown, start-up validation.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ruststream::prelude::*;
+use ruststream::{Broker, Message, PARTITION_KEY_HEADER, ReadMode, ReadRequest, StartError};
+use support::{Spy, pending, settle, stream_len, until};
+
+const MIN_IDLE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
+#[outgoing(name = "jobs")]
+struct Job {
+    n: u64,
+    #[serde(default)]
+    key: String,
+}
+
+fn job(n: u64) -> Job {
+    Job {
+        n,
+        key: String::new(),
+    }
+}
+
+async fn start(
+    broker: &MemoryBroker,
+    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
+) -> ruststream::Running {
+    RustStream::new(AppInfo::new("test", "0"))
+        .with_broker(broker.clone(), include)
+        .start()
+        .await
+        .expect("app starts")
+}
+
+async fn publish(broker: &MemoryBroker, stream: &str, jobs: impl IntoIterator<Item = Job>) {
+    let publisher = Publisher::new(Arc::new(broker.clone()));
+    for j in jobs {
+        publisher.publish(&j).to(stream).await.unwrap();
+    }
+}
+
+type Log = Mutex<Vec<(u64, u32)>>;
+
+fn seen(log: &Log) -> Vec<(u64, u32)> {
+    log.lock().unwrap().clone()
+}
+
+// ---- outcomes on a claiming subscription ---------------------------------------
+
+static CLAIM_RETRY: Log = Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::claiming("claim-retry", MIN_IDLE).group("g"))]
+async fn claim_retry(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    let count: u32 = ctx
+        .headers()
+        .get_str(DELIVERY_COUNT_HEADER)
+        .unwrap()
+        .parse()
+        .unwrap();
+    CLAIM_RETRY.lock().unwrap().push((job.n, count));
+    if count == 0 {
+        HandlerOutcome::retry()
+    } else {
+        HandlerOutcome::ack()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_on_a_claiming_subscription_leaves_the_entry_pending_without_a_copy() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(claim_retry);
+    })
+    .await;
+    publish(&broker, "claim-retry", [job(1)]).await;
+    until("first delivery", async || !seen(&CLAIM_RETRY).is_empty()).await;
+    settle().await;
+    assert_eq!(seen(&CLAIM_RETRY), [(1, 0)]);
+    assert_eq!(
+        pending(&broker, "claim-retry", "g").await.len(),
+        1,
+        "still pending"
+    );
+    assert_eq!(
+        stream_len(&broker, "claim-retry").await,
+        1,
+        "no copy appended"
+    );
+
+    tokio::time::advance(MIN_IDLE - Duration::from_millis(1)).await;
+    settle().await;
+    assert_eq!(seen(&CLAIM_RETRY).len(), 1, "not before min_idle");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    until("redelivery", async || seen(&CLAIM_RETRY).len() == 2).await;
+    assert_eq!(
+        seen(&CLAIM_RETRY)[1],
+        (1, 1),
+        "second delivery reports one earlier"
+    );
+    until("acked", async || {
+        pending(&broker, "claim-retry", "g").await.is_empty()
+    })
+    .await;
+    assert_eq!(stream_len(&broker, "claim-retry").await, 1);
+    app.shutdown().await;
+}
+
+static CLAIM_LATER: Log = Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::claiming("claim-later", MIN_IDLE).group("g"))]
+async fn claim_later(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    CLAIM_LATER
+        .lock()
+        .unwrap()
+        .push((job.n, ctx.delivery_count()));
+    match ctx.delivery_count() {
+        0 => HandlerOutcome::retry_after(Duration::from_secs(5)),
+        1 => HandlerOutcome::dead_letter("gave up on purpose"),
+        _ => HandlerOutcome::ack(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_and_dead_letter_on_a_claiming_subscription() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(claim_later);
+    })
+    .await;
+    publish(&broker, "claim-later", [job(7)]).await;
+    until("first delivery", async || seen(&CLAIM_LATER).len() == 1).await;
+    tokio::time::advance(Duration::from_millis(4_999)).await;
+    settle().await;
+    assert_eq!(
+        seen(&CLAIM_LATER).len(),
+        1,
+        "owed after the delay, not before"
+    );
+    tokio::time::advance(Duration::from_millis(1)).await;
+    until("second delivery", async || seen(&CLAIM_LATER).len() == 2).await;
+    until("dead letter", async || {
+        broker
+            .dead_letters("claim-later", "g", EntryId::ZERO, 10)
+            .await
+            .unwrap()
+            .len()
+            == 1
+    })
+    .await;
+    let dead = broker
+        .dead_letters("claim-later", "g", EntryId::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead[0].reason, "gave up on purpose");
+    assert_eq!(dead[0].times_delivered, 2);
+    assert!(pending(&broker, "claim-later", "g").await.is_empty());
+    app.shutdown().await;
+}
+
+// ---- outcomes on a new subscription -----------------------------------------------
+
+static NEW_RETRY: Log = Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::new("new-retry").group("g"))]
+async fn new_retry(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    NEW_RETRY
+        .lock()
+        .unwrap()
+        .push((job.n, ctx.delivery_count()));
+    if job.n == 1 && ctx.delivery_count() < 2 {
+        HandlerOutcome::retry()
+    } else {
+        HandlerOutcome::ack()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_on_a_new_subscription_appends_a_copy_behind_newer_entries() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(new_retry);
+    })
+    .await;
+    publish(&broker, "new-retry", [job(1), job(2)]).await;
+    until("all settled", async || seen(&NEW_RETRY).len() == 4).await;
+    until("acked", async || {
+        pending(&broker, "new-retry", "g").await.is_empty()
+    })
+    .await;
+    assert_eq!(
+        seen(&NEW_RETRY),
+        [(1, 0), (2, 0), (1, 1), (1, 2)],
+        "copies come behind, counting on"
+    );
+    assert_eq!(
+        stream_len(&broker, "new-retry").await,
+        4,
+        "two copies were appended"
+    );
+    app.shutdown().await;
+}
+
+static NEW_LATER: Log = Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::new("new-later").group("g"))]
+async fn new_later(job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
+    NEW_LATER
+        .lock()
+        .unwrap()
+        .push((job.n, ctx.delivery_count()));
+    match (job.n, ctx.delivery_count()) {
+        (1, 0) => Err("downstream unavailable".into()),
+        _ => Ok(()),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_result_retries_and_ok_acks() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(new_later);
+    })
+    .await;
+    publish(&broker, "new-later", [job(1)]).await;
+    until("retried", async || seen(&NEW_LATER).len() == 2).await;
+    assert_eq!(seen(&NEW_LATER), [(1, 0), (1, 1)]);
+    until("acked", async || {
+        pending(&broker, "new-later", "g").await.is_empty()
+    })
+    .await;
+    let stats = app.stats().await;
+    assert_eq!(
+        (stats[0].failed, stats[0].retried, stats[0].acked),
+        (1, 1, 1)
+    );
+    app.shutdown().await;
+}
+
+static NEW_DELAY: Log = Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::new("new-delay").group("g"))]
+async fn new_delay(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    NEW_DELAY
+        .lock()
+        .unwrap()
+        .push((job.n, ctx.delivery_count()));
+    if ctx.delivery_count() == 0 {
+        HandlerOutcome::retry_after(Duration::from_secs(60))
+    } else {
+        HandlerOutcome::dead_letter("still failing")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_and_dead_letter_on_a_new_subscription() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(new_delay);
+    })
+    .await;
+    publish(&broker, "new-delay", [job(3)]).await;
+    until("first", async || seen(&NEW_DELAY).len() == 1).await;
+    tokio::time::advance(Duration::from_secs(59)).await;
+    settle().await;
+    assert_eq!(seen(&NEW_DELAY).len(), 1);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    until("second", async || seen(&NEW_DELAY).len() == 2).await;
+    until("dead", async || {
+        broker
+            .group_info("new-delay", "g")
+            .await
+            .unwrap()
+            .dead_letters
+            == 1
+    })
+    .await;
+    assert_eq!(
+        stream_len(&broker, "new-delay").await,
+        1,
+        "a delayed retry appends no copy"
+    );
+    app.shutdown().await;
+}
+
+// ---- max_deliveries, poison payloads, panics ----------------------------------------
+
+static BOUNDED: AtomicUsize = AtomicUsize::new(0);
+
+#[subscriber(RedisStream::claiming("bounded", MIN_IDLE).group("g"), max_deliveries(3))]
+async fn bounded(_job: &Job) -> HandlerOutcome {
+    BOUNDED.fetch_add(1, Ordering::SeqCst);
+    HandlerOutcome::retry()
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_deliveries_dead_letters_instead_of_handing_out_again() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(bounded);
+    })
+    .await;
+    publish(&broker, "bounded", [job(1)]).await;
+    for round in 1..=3 {
+        until("delivery", async || BOUNDED.load(Ordering::SeqCst) == round).await;
+        tokio::time::advance(MIN_IDLE).await;
+    }
+    until("dead", async || {
+        broker
+            .group_info("bounded", "g")
+            .await
+            .unwrap()
+            .dead_letters
+            == 1
+    })
+    .await;
+    assert_eq!(
+        BOUNDED.load(Ordering::SeqCst),
+        3,
+        "handled exactly max_deliveries times"
+    );
+    let dead = broker
+        .dead_letters("bounded", "g", EntryId::ZERO, 1)
+        .await
+        .unwrap();
+    assert!(
+        dead[0].reason.contains("max_deliveries(3)"),
+        "{}",
+        dead[0].reason
+    );
+    app.shutdown().await;
+}
+
+static POISON: Log = Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::new("poison").group("g"))]
+async fn poison(job: Job) {
+    POISON.lock().unwrap().push((job.n, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_undecodable_payload_is_dead_lettered_at_once_and_blocks_nothing() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(poison);
+    })
+    .await;
+    broker
+        .publish("poison", Message::new(b"{not json".to_vec()))
+        .await
+        .unwrap();
+    publish(&broker, "poison", [job(2)]).await;
+    until("the good one", async || seen(&POISON) == [(2, 0)]).await;
+    until("dead", async || {
+        broker.group_info("poison", "g").await.unwrap().dead_letters == 1
+    })
+    .await;
+    let dead = broker
+        .dead_letters("poison", "g", EntryId::ZERO, 1)
+        .await
+        .unwrap();
+    assert!(
+        dead[0].reason.contains("cannot decode the payload as"),
+        "{}",
+        dead[0].reason
+    );
+    assert!(dead[0].reason.contains("Job"), "{}", dead[0].reason);
+    assert_eq!(dead[0].times_delivered, 1);
+    app.shutdown().await;
+}
+
+static PANICKY: Log = Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::new("panicky").group("g"))]
+async fn panicky(job: &Job, ctx: &mut Context<'_>) {
+    PANICKY.lock().unwrap().push((job.n, ctx.delivery_count()));
+    if job.n == 1 && ctx.delivery_count() == 0 {
+        panic!("handler bug");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_handler_is_retried_and_its_lane_lives_on() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(panicky);
+    })
+    .await;
+    publish(&broker, "panicky", [job(1), job(2)]).await;
+    until("all", async || seen(&PANICKY).len() == 3).await;
+    assert_eq!(seen(&PANICKY), [(1, 0), (2, 0), (1, 1)]);
+    until("acked", async || {
+        pending(&broker, "panicky", "g").await.is_empty()
+    })
+    .await;
+    let stats = app.stats().await;
+    assert_eq!(stats[0].panicked, 1);
+    app.shutdown().await;
+}
+
+// ---- replies ---------------------------------------------------------------------------
+
+#[derive(Debug, PartialEq, Deserialize, Serialize, Outgoing)]
+#[outgoing(name = "doubled")]
+struct Doubled {
+    n: u64,
+}
+
+#[subscriber(RedisStream::new("to-double").group("g").start_id(StreamStart::Beginning), reply)]
+async fn double(job: &Job) -> Doubled {
+    Doubled { n: job.n * 2 }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_is_published_then_the_entry_acked() {
+    let broker = MemoryBroker::new();
+    publish(&broker, "to-double", [job(4)]).await;
+    let app = start(&broker, |b| {
+        b.include(double).out_reply(Publish);
+    })
+    .await;
+    until("reply", async || stream_len(&broker, "doubled").await == 1).await;
+    let replies = broker
+        .range("doubled", EntryId::ZERO, EntryId::MAX, 10)
+        .await
+        .unwrap();
+    let reply: Doubled = serde_json::from_slice(replies[0].payload()).unwrap();
+    assert_eq!(reply, Doubled { n: 8 });
+    until("acked", async || {
+        pending(&broker, "to-double", "g").await.is_empty()
+    })
+    .await;
+    app.shutdown().await;
+}
+
+// ---- context ------------------------------------------------------------------------------
+
+static CONTEXT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::new("ctx").group("g").consumer("stable-name"))]
+async fn context_probe(raw: &[u8], ctx: &mut Context<'_>) {
+    let line = format!(
+        "{} {} {} {} {} key={:?} idle={:?} id-ok={}",
+        String::from_utf8_lossy(raw),
+        ctx.stream(),
+        ctx.group(),
+        ctx.consumer(),
+        ctx.headers().get_str(DELIVERY_COUNT_HEADER).unwrap(),
+        ctx.headers().get_str(PARTITION_KEY_HEADER),
+        ctx.headers().get_str(IDLE_MS_HEADER),
+        ctx.id() > EntryId::ZERO,
+    );
+    CONTEXT.lock().unwrap().push(line);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_context_exposes_the_delivery() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(context_probe);
+    })
+    .await;
+    let publisher = Publisher::new(Arc::new(broker.clone()));
+    publisher
+        .publish(&job(1))
+        .to("ctx")
+        .partition_key("acct-9")
+        .await
+        .unwrap();
+    until("seen", async || CONTEXT.lock().unwrap().len() == 1).await;
+    assert_eq!(
+        CONTEXT.lock().unwrap()[0],
+        r#"{"n":1,"key":""} ctx g stable-name 0 key=Some("acct-9") idle=Some("0") id-ok=true"#
+    );
+    assert_eq!(
+        app.consumers().collect::<Vec<_>>(),
+        [("context_probe", "stable-name")]
+    );
+    app.shutdown().await;
+}
+
+#[subscriber(RedisStream::new("names").group("g"))]
+async fn unnamed_a(_job: &Job) {}
+
+#[subscriber(RedisStream::new("names").group("h"))]
+async fn unnamed_b(_job: &Job) {}
+
+#[tokio::test(start_paused = true)]
+async fn consumers_are_named_ruststream_n_per_process() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(unnamed_a);
+        b.include(unnamed_b);
+    })
+    .await;
+    let names: Vec<String> = app.consumers().map(|(_, c)| c.to_owned()).collect();
+    assert_eq!(names.len(), 2);
+    for name in &names {
+        let n = name.strip_prefix("ruststream-").expect("ruststream-N");
+        assert!(n.parse::<usize>().is_ok(), "{name}");
+    }
+    assert_ne!(names[0], names[1]);
+    app.shutdown().await;
+}
+
+// ---- lanes ------------------------------------------------------------------------------------
+
+static KEYED: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
+static KEYED_RUNNING: AtomicUsize = AtomicUsize::new(0);
+static KEYED_MAX: AtomicUsize = AtomicUsize::new(0);
+
+#[subscriber(RedisStream::new("keyed").group("g"), workers(4, by_key))]
+async fn keyed(job: &Job) {
+    let now = KEYED_RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
+    KEYED_MAX.fetch_max(now, Ordering::SeqCst);
+    // Uneven handler times, so order would break if keys shared no lane.
+    tokio::time::sleep(Duration::from_millis(1 + (job.n * 7) % 13)).await;
+    KEYED.lock().unwrap().push((job.key.clone(), job.n));
+    KEYED_RUNNING.fetch_sub(1, Ordering::SeqCst);
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_key_lanes_keep_each_keys_order_and_run_at_most_n_at_once() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(keyed);
+    })
+    .await;
+    let publisher = Publisher::new(Arc::new(broker.clone()));
+    let keys = ["a", "b", "c", "d", "e", "f"];
+    for n in 0..120u64 {
+        let key = keys[(n as usize * 5 + n as usize / 7) % keys.len()];
+        let j = Job { n, key: key.into() };
+        publisher
+            .publish(&j)
+            .to("keyed")
+            .partition_key(key)
+            .await
+            .unwrap();
+    }
+    for _ in 0..200 {
+        if KEYED.lock().unwrap().len() == 120 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let log = KEYED.lock().unwrap().clone();
+    assert_eq!(log.len(), 120);
+    for key in keys {
+        let ns: Vec<u64> = log
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, n)| *n)
+            .collect();
+        assert!(
+            ns.windows(2).all(|w| w[0] < w[1]),
+            "key {key} out of order: {ns:?}"
+        );
+    }
+    let max = KEYED_MAX.load(Ordering::SeqCst);
+    assert!(max <= 4, "more than 4 handlers ran at once: {max}");
+    assert!(max >= 2, "lanes did not run in parallel: {max}");
+    app.shutdown().await;
+}
+
+static STUCK: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+static STUCK_STARTED: AtomicUsize = AtomicUsize::new(0);
+
+#[subscriber(RedisStream::claiming("stuck", MIN_IDLE).group("g"), workers(2), prefetch(6))]
+async fn stuck(_job: &Job) {
+    STUCK_STARTED.fetch_add(1, Ordering::SeqCst);
+    let _ = STUCK.acquire().await.map(|p| p.forget());
+}
+
+#[tokio::test(start_paused = true)]
+async fn read_ahead_stays_bounded_while_handlers_are_stuck_and_shutdown_hands_back_the_rest() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(stuck);
+    })
+    .await;
+    publish(&broker, "stuck", (0..100).map(job)).await;
+    until("both lanes busy", async || {
+        STUCK_STARTED.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    for _ in 0..5 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+        let held = broker.group_info("stuck", "g").await.unwrap().pending;
+        assert!(held <= 6, "read ahead past the bound: {held} entries held");
+    }
+    assert_eq!(broker.group_info("stuck", "g").await.unwrap().pending, 6);
+
+    // Shut down; the two running handlers finish during the deadline.
+    let shutdown = tokio::spawn(app.shutdown_within(Duration::from_secs(10)));
+    settle().await;
+    STUCK.add_permits(2);
+    shutdown.await.unwrap();
+    assert_eq!(
+        STUCK_STARTED.load(Ordering::SeqCst),
+        2,
+        "no new handler started"
+    );
+    let info = broker.group_info("stuck", "g").await.unwrap();
+    assert_eq!(info.pending, 4, "the two finished entries were acked");
+    // The four read-but-unstarted entries are owed now: another consumer
+    // gets them at once, without waiting out min_idle.
+    let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
+    let batch = broker
+        .read(ReadRequest::new("stuck", "g", "other", mode, 10))
+        .await
+        .unwrap();
+    let owed: Vec<_> = batch
+        .deliveries
+        .iter()
+        .filter(|d| d.delivery_count == 1)
+        .collect();
+    assert_eq!(owed.len(), 4, "handed back for immediate redelivery");
+}
+
+static HANG: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
+#[subscriber(RedisStream::new("hang").group("g"))]
+async fn hang(_job: &Job) {
+    let _ = HANG.acquire().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_past_the_shutdown_deadline_is_stopped_and_its_entry_handed_back() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(hang);
+    })
+    .await;
+    publish(&broker, "hang", [job(1)]).await;
+    until("running", async || {
+        broker.group_info("hang", "g").await.unwrap().pending == 1
+    })
+    .await;
+    let started = tokio::time::Instant::now();
+    app.shutdown_within(Duration::from_secs(3)).await;
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(3),
+        "waited exactly the deadline"
+    );
+    let p = pending(&broker, "hang", "g").await;
+    assert_eq!(p[0].consumer, None, "owed again, held by nobody");
+    assert_eq!(p[0].owed_in_ms, Some(0));
+}
+
+// ---- acks ----------------------------------------------------------------------------------------
+
+static BATCHED: AtomicUsize = AtomicUsize::new(0);
+
+#[subscriber(RedisStream::new("batched").group("g"), workers(8))]
+async fn batched(_job: &Job) {
+    BATCHED.fetch_add(1, Ordering::SeqCst);
+}
+
+#[tokio::test(start_paused = true)]
+async fn acks_are_batched_and_a_lone_message_is_acked_at_once() {
+    let spy = Spy::default();
+    let app = RustStream::new(AppInfo::new("t", "0"))
+        .with_broker(spy.clone(), |b| {
+            b.include(batched);
+        })
+        .start()
+        .await
+        .unwrap();
+    publish(&spy.inner, "batched", [job(0)]).await;
+    until("lone ack", async || spy.acks() == 1).await;
+    assert_eq!(BATCHED.load(Ordering::SeqCst), 1);
+    assert!(
+        pending(&spy, "batched", "g").await.is_empty(),
+        "acked without any clock movement"
+    );
+
+    publish(&spy.inner, "batched", (1..=500).map(job)).await;
+    until("all acked", async || {
+        BATCHED.load(Ordering::SeqCst) == 501 && pending(&spy, "batched", "g").await.is_empty()
+    })
+    .await;
+    let calls = spy.acks() - 1;
+    assert!(calls < 100, "500 entries took {calls} ack calls");
+    app.shutdown().await;
+}
+
+// ---- start-up validation ------------------------------------------------------------------------
+
+#[subscriber(RedisStream::claiming("validated", MIN_IDLE).group("g"))]
+async fn needs_claiming(_job: &Job) {}
+
+#[tokio::test(start_paused = true)]
+async fn a_subscription_the_broker_cannot_serve_stops_the_app_before_it_reads() {
+    let spy = Spy::default();
+    spy.refuse_claiming.store(true, Ordering::SeqCst);
+    let result = RustStream::new(AppInfo::new("t", "0"))
+        .with_broker(spy.clone(), |b| {
+            b.include(needs_claiming);
+        })
+        .start()
+        .await;
+    let err = result.expect_err("must not start");
+    assert!(matches!(err, StartError::Unsupported { .. }));
+    let text = err.to_string();
+    assert!(text.contains("needs_claiming"), "{text}");
+    assert!(
+        text.contains("\"validated\"") && text.contains("\"g\""),
+        "{text}"
+    );
+    assert!(text.contains("8.4"), "{text}");
+    assert_eq!(spy.read_calls.load(Ordering::SeqCst), 0, "nothing was read");
+    assert!(
+        spy.inner.stream_info("validated").await.unwrap().is_none(),
+        "no group created"
+    );
+}
