@@ -726,3 +726,58 @@ async fn a_subscription_the_broker_cannot_serve_stops_the_app_before_it_reads() 
         "no group created"
     );
 }
+
+// ---- tracing ---------------------------------------------------------------------------------------
+
+/// Records the fields of every `delivery` span.
+struct SpanFields(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanFields {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={:?} ", field.name(), value));
+            }
+        }
+        if attrs.metadata().name() == "delivery" {
+            let mut fields = Fields(String::new());
+            attrs.record(&mut fields);
+            self.0.lock().unwrap().push(fields.0.trim_end().to_owned());
+        }
+    }
+}
+
+#[subscriber(RedisStream::new("traced").group("g").consumer("tracer"))]
+async fn traced(_job: &Job) {}
+
+#[tokio::test(start_paused = true)]
+async fn every_delivery_runs_in_a_span_naming_stream_group_consumer_id_and_count() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let spans = Arc::new(Mutex::new(Vec::new()));
+    let subscriber = tracing_subscriber::registry().with(SpanFields(Arc::clone(&spans)));
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(traced);
+    })
+    .await;
+    let id = broker
+        .publish("traced", Message::new(br#"{"n":1}"#.to_vec()))
+        .await
+        .unwrap();
+    until("span", async || !spans.lock().unwrap().is_empty()).await;
+    assert_eq!(
+        spans.lock().unwrap()[0],
+        format!(
+            r#"subscriber="traced" stream="traced" group="g" consumer=tracer id={id} delivery_count=0"#
+        )
+    );
+    app.shutdown().await;
+}

@@ -206,9 +206,19 @@ impl TestApp {
     /// waiting on real time, or a loop that never ends), with what it was
     /// doing.
     pub async fn run_until_quiet(&self) {
+        self.run_until_quiet_within(STEP_BUDGET).await;
+    }
+
+    /// [`TestApp::run_until_quiet`] with a step budget of `rounds` instead
+    /// of [`STEP_BUDGET`].
+    ///
+    /// # Panics
+    ///
+    /// If the service is still busy after `rounds` rounds.
+    pub async fn run_until_quiet_within(&self, rounds: usize) {
         let mut last = (u64::MAX, usize::MAX);
         let mut still = 0;
-        for _ in 0..STEP_BUDGET {
+        for _ in 0..rounds {
             for _ in 0..YIELDS_PER_ROUND {
                 tokio::task::yield_now().await;
             }
@@ -224,7 +234,7 @@ impl TestApp {
             last = now;
         }
         panic!(
-            "the service did not quiet down within {STEP_BUDGET} steps: {} entries read and \
+            "the service did not quiet down within {rounds} steps: {} entries read and \
              not settled, {} read in all, {} handled. A handler may be waiting on a timer \
              (move the clock with tb.advance) or the service may feed itself endlessly.",
             self.running.in_flight(),

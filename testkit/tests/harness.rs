@@ -1,0 +1,98 @@
+//! The test harness itself: quiet detection, the step budget, and time.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use ruststream::prelude::*;
+use ruststream::{Broker, Message, Settlement};
+use ruststream_testkit::TestApp;
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
+#[outgoing(name = "echo")]
+struct Echo {
+    n: u64,
+}
+
+/// A service that feeds itself: every entry it handles publishes another.
+#[subscriber(RedisStream::new("echo").group("g"))]
+async fn echo(message: &Echo, ctx: &mut Context<'_>) {
+    let next = Echo { n: message.n + 1 };
+    ctx.publisher().publish(&next).await.unwrap();
+}
+
+fn restless() -> impl App {
+    RustStream::new(AppInfo::new("restless", "0")).with_broker(MemoryBroker::new(), |b| {
+        b.include(echo);
+    })
+}
+
+#[tokio::test]
+#[should_panic(expected = "the service did not quiet down within 50 steps")]
+async fn a_service_that_never_quiets_fails_the_test_instead_of_hanging() {
+    let tb = TestApp::start(restless()).await.unwrap();
+    tb.publish(&Echo { n: 0 }).await.unwrap();
+    tb.run_until_quiet_within(50).await;
+}
+
+#[subscriber(RedisStream::new("slow").group("g"))]
+async fn slow(_echo: &Echo) {
+    tokio::time::sleep(Duration::from_secs(10)).await;
+}
+
+fn slow_app() -> impl App {
+    RustStream::new(AppInfo::new("slow", "0")).with_broker(MemoryBroker::new(), |b| {
+        b.include(slow);
+    })
+}
+
+#[tokio::test]
+async fn advance_lets_handlers_sleep_through_simulated_time() {
+    let tb = TestApp::start(slow_app()).await.unwrap();
+    tb.publish(&Echo { n: 1 }).to("slow").await.unwrap();
+    let started = tokio::time::Instant::now();
+    tb.advance(Duration::from_secs(10)).await;
+    let elapsed = started.elapsed();
+    // tokio rounds timers up to the next millisecond.
+    assert!(
+        elapsed >= Duration::from_secs(10) && elapsed <= Duration::from_millis(10_002),
+        "{elapsed:?}"
+    );
+    let received = tb.received("slow");
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].settlement, Settlement::Acked);
+    assert!(tb.pending("slow", "g").await.is_empty());
+    tb.shutdown().await;
+}
+
+#[subscriber(RedisStream::new("raw").group("g"))]
+async fn raw(bytes: &[u8]) -> HandlerOutcome {
+    if bytes == b"bad" {
+        HandlerOutcome::dead_letter("bad bytes")
+    } else {
+        HandlerOutcome::ack()
+    }
+}
+
+#[tokio::test]
+async fn raw_entries_and_dead_letters_are_visible() {
+    let app = RustStream::new(AppInfo::new("raw", "0")).with_broker(MemoryBroker::new(), |b| {
+        b.include(raw);
+    });
+    let tb = TestApp::start(app).await.unwrap();
+    tb.publish_raw("raw", Message::new(b"bad".to_vec()))
+        .await
+        .unwrap();
+    tb.publish_raw("raw", Message::new(b"good".to_vec()))
+        .await
+        .unwrap();
+    tb.run_until_quiet().await;
+    assert_eq!(tb.stream_len("raw").await, 2);
+    assert_eq!(tb.received("raw").len(), 2);
+    let dead = tb.dead_letters("raw", "g").await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, "bad bytes");
+    assert_eq!(tb.broker().group_info("raw", "g").await.unwrap().pending, 0);
+    tb.shutdown().await;
+}
