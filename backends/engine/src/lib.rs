@@ -37,6 +37,10 @@
 
 #![forbid(unsafe_code)]
 
+mod journal;
+
+pub use journal::{Change, GroupChange, RestoreReport};
+
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -50,6 +54,8 @@ use ruststream_core::{
 #[derive(Debug, Default)]
 pub struct Engine {
     streams: HashMap<String, StreamState>,
+    /// Whether new streams and groups record their changes.
+    recording: bool,
 }
 
 /// An entry as the engine stores it.
@@ -98,6 +104,42 @@ struct StreamState {
     /// The last id ever appended.
     last_id: EntryId,
     groups: BTreeMap<String, Group>,
+    /// Changes not yet taken, when recording (see [`journal`]).
+    log: Option<Vec<StreamChange>>,
+}
+
+/// A change to a stream itself, before it is named in a [`Change`].
+#[derive(Debug)]
+enum StreamChange {
+    Appended(Stored),
+    GroupCreated { group: String, cursor: EntryId },
+    Trimmed { below: EntryId, keep: Vec<EntryId> },
+    Released { ids: Vec<EntryId> },
+}
+
+impl StreamChange {
+    fn named(self, stream: &str) -> Change {
+        let stream = stream.to_owned();
+        match self {
+            StreamChange::Appended(stored) => Change::Appended {
+                stream,
+                id: stored.id,
+                message: stored.message,
+                copy: stored.copy,
+            },
+            StreamChange::GroupCreated { group, cursor } => Change::GroupCreated {
+                stream,
+                group,
+                cursor,
+            },
+            StreamChange::Released { ids } => Change::Released { stream, ids },
+            StreamChange::Trimmed { below, keep } => Change::Trimmed {
+                stream,
+                below,
+                keep,
+            },
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -115,6 +157,8 @@ struct Group {
     consumers: Vec<Consumer>,
     consumer_index: HashMap<String, u32>,
     dead: BTreeMap<EntryId, Dead>,
+    /// Changes not yet taken, when recording (see [`journal`]).
+    log: Option<Vec<GroupChange>>,
 }
 
 #[derive(Debug)]
@@ -163,8 +207,9 @@ fn max_deliveries_reason(times: u32, max: u32) -> String {
 }
 
 impl Group {
-    fn new(cursor: EntryId) -> Self {
+    fn new(cursor: EntryId, recording: bool) -> Self {
         Group {
+            log: recording.then(Vec::new),
             cursor,
             pending: BTreeMap::new(),
             held_by_time: VecDeque::new(),
@@ -186,14 +231,58 @@ impl Group {
             seen_ms: now_ms,
         });
         self.consumer_index.insert(name.to_owned(), ix);
+        self.record(|| GroupChange::Consumer {
+            name: name.to_owned(),
+        });
         ix
     }
 
-    /// Takes `id` out of the pending list and both indexes.
+    fn record(&mut self, change: impl FnOnce() -> GroupChange) {
+        if let Some(log) = &mut self.log {
+            log.push(change());
+        }
+    }
+
+    /// Settles `id`: takes it out of the pending list (recorded).
     fn remove_pending(&mut self, id: EntryId) -> Option<Pending> {
+        let p = self.take_pending(id)?;
+        self.record(|| GroupChange::Settled { id });
+        Some(p)
+    }
+
+    /// Takes `id` out of the pending list and its index, unrecorded: the
+    /// caller records where it goes next.
+    fn take_pending(&mut self, id: EntryId) -> Option<Pending> {
         let p = self.pending.remove(&id)?;
         self.unindex(id, &p);
         Some(p)
+    }
+
+    /// Records `id` as a dead letter.
+    fn kill(&mut self, id: EntryId, dead: Dead) {
+        self.record(|| GroupChange::Dead {
+            id,
+            reason: dead.reason.clone(),
+            times_delivered: dead.times_delivered,
+            dead_at_ms: dead.dead_at_ms,
+        });
+        self.dead.insert(id, dead);
+    }
+
+    /// Removes the dead letter `id`, if there is one.
+    fn revive(&mut self, id: EntryId) -> bool {
+        let found = self.dead.remove(&id).is_some();
+        if found {
+            self.record(|| GroupChange::Undead { id });
+        }
+        found
+    }
+
+    fn set_cursor(&mut self, cursor: EntryId) {
+        if self.cursor != cursor {
+            self.cursor = cursor;
+            self.record(|| GroupChange::Cursor { cursor });
+        }
     }
 
     fn unindex(&mut self, id: EntryId, p: &Pending) {
@@ -203,7 +292,13 @@ impl Group {
         }
     }
 
+    /// Puts `id` in the pending list (recorded).
     fn insert_pending(&mut self, id: EntryId, p: Pending) {
+        self.record(|| GroupChange::of_pending(id, &p));
+        self.put_pending(id, p);
+    }
+
+    fn put_pending(&mut self, id: EntryId, p: Pending) {
         if let Some(old) = self.pending.insert(id, p) {
             self.unindex(id, &old);
         }
@@ -272,9 +367,9 @@ impl Group {
         now_ms: u64,
         dead_lettered: &mut Vec<EntryId>,
     ) -> Option<(u32, u64)> {
-        let p = self.remove_pending(id)?;
+        let p = self.take_pending(id)?;
         if let Some(max) = max.filter(|&m| p.times_delivered >= m) {
-            self.dead.insert(
+            self.kill(
                 id,
                 Dead {
                     reason: max_deliveries_reason(p.times_delivered, max),
@@ -339,10 +434,15 @@ impl StreamState {
         if self.retained.is_empty() {
             return;
         }
+        let mut released = Vec::new();
         for id in ids {
             if self.retained.contains_key(&id) && !self.pinned(&id) {
                 self.retained.remove(&id);
+                released.push(id);
             }
+        }
+        if let Some(log) = self.log.as_mut().filter(|_| !released.is_empty()) {
+            log.push(StreamChange::Released { ids: released });
         }
     }
 
@@ -370,7 +470,11 @@ impl StreamState {
     fn append(&mut self, message: Arc<Message>, copy: Option<Arc<CopyOf>>, now_ms: u64) -> EntryId {
         let id = self.last_id.successor_at(now_ms);
         self.last_id = id;
-        self.entries.push_back(Stored { id, message, copy });
+        let stored = Stored { id, message, copy };
+        if let Some(log) = &mut self.log {
+            log.push(StreamChange::Appended(stored.clone()));
+        }
+        self.entries.push_back(stored);
         id
     }
 }
@@ -401,6 +505,16 @@ impl Engine {
             .ok_or_else(|| BrokerError::no_group(stream, group))
     }
 
+    /// `stream`'s state, created (recording if the engine records) if new.
+    fn stream_entry(&mut self, stream: &str) -> &mut StreamState {
+        let recording = self.recording;
+        let s = self.streams.entry_ref(stream);
+        if recording && s.log.is_none() {
+            s.log = Some(Vec::new());
+        }
+        s
+    }
+
     /// Appends messages to `stream`, creating it if needed, and returns
     /// their ids: `now_ms-seq`, strictly increasing even if `now_ms` goes
     /// back.
@@ -410,7 +524,7 @@ impl Engine {
         messages: impl IntoIterator<Item = Message>,
         now_ms: u64,
     ) -> Vec<EntryId> {
-        let s = self.streams.entry_ref(stream);
+        let s = self.stream_entry(stream);
         messages
             .into_iter()
             .map(|m| s.append(Arc::new(m), None, now_ms))
@@ -419,7 +533,7 @@ impl Engine {
 
     /// Appends an already shared message (no copy of the payload).
     pub fn publish_shared(&mut self, stream: &str, message: Arc<Message>, now_ms: u64) -> EntryId {
-        self.streams.entry_ref(stream).append(message, None, now_ms)
+        self.stream_entry(stream).append(message, None, now_ms)
     }
 
     /// Creates `group` at `start` (and the stream if needed). Returns
@@ -432,12 +546,20 @@ impl Engine {
         now_ms: u64,
     ) -> bool {
         let _ = now_ms;
-        let s = self.streams.entry_ref(stream);
+        let recording = self.recording;
+        let s = self.stream_entry(stream);
         if s.groups.contains_key(group) {
             return false;
         }
         let cursor = s.start_position(start);
-        s.groups.insert(group.to_owned(), Group::new(cursor));
+        s.groups
+            .insert(group.to_owned(), Group::new(cursor, recording));
+        if let Some(log) = &mut s.log {
+            log.push(StreamChange::GroupCreated {
+                group: group.to_owned(),
+                cursor,
+            });
+        }
         true
     }
 
@@ -453,7 +575,7 @@ impl Engine {
     ) -> BrokerResult<()> {
         let s = self.stream_mut(stream, group)?;
         let cursor = s.start_position(start);
-        s.group_mut(stream, group)?.cursor = cursor;
+        s.group_mut(stream, group)?.set_cursor(cursor);
         Ok(())
     }
 
@@ -572,11 +694,11 @@ impl Engine {
                     new_ones.push(stored);
                 }
             }
-            g.cursor = cursor;
+            g.set_cursor(cursor);
             for stored in new_ones {
                 let carried = stored.carried();
                 if let Some(max) = max.filter(|&m| carried >= m) {
-                    g.dead.insert(
+                    g.kill(
                         stored.id,
                         Dead {
                             reason: max_deliveries_reason(carried, max),
@@ -695,7 +817,7 @@ impl Engine {
         let g = self.stream_mut(stream, group)?.group_mut(stream, group)?;
         let mut n = 0;
         for &id in ids {
-            let Some(p) = g.remove_pending(id) else {
+            let Some(p) = g.take_pending(id) else {
                 continue;
             };
             g.insert_pending(
@@ -725,10 +847,10 @@ impl Engine {
         let g = self.stream_mut(stream, group)?.group_mut(stream, group)?;
         let mut n = 0;
         for &id in ids {
-            let Some(p) = g.remove_pending(id) else {
+            let Some(p) = g.take_pending(id) else {
                 continue;
             };
-            g.dead.insert(
+            g.kill(
                 id,
                 Dead {
                     reason: reason.to_owned(),
@@ -753,7 +875,7 @@ impl Engine {
         let g = self.stream_mut(stream, group)?.group_mut(stream, group)?;
         let mut n = 0;
         for &id in ids {
-            if g.dead.remove(&id).is_none() {
+            if !g.revive(id) {
                 continue;
             }
             g.insert_pending(
@@ -773,7 +895,7 @@ impl Engine {
     pub fn discard(&mut self, stream: &str, group: &str, ids: &[EntryId]) -> BrokerResult<u64> {
         let s = self.stream_mut(stream, group)?;
         let g = s.group_mut(stream, group)?;
-        let n = ids.iter().filter(|id| g.dead.remove(id).is_some()).count() as u64;
+        let n = ids.iter().filter(|id| g.revive(**id)).count() as u64;
         s.release(ids.iter().copied());
         Ok(n)
     }
@@ -933,6 +1055,7 @@ impl Engine {
             return Ok(0);
         };
         let mut removed = 0;
+        let mut keep = Vec::new();
         while let Some(front) = s.entries.front() {
             let goes = match trim {
                 Trim::MaxLen(n) => s.entries.len() as u64 > n,
@@ -945,9 +1068,16 @@ impl Engine {
                 break;
             };
             if s.pinned(&front.id) || s.unread_copy(&front) {
+                keep.push(front.id);
                 s.retained.insert(front.id, front);
             } else {
                 removed += 1;
+            }
+        }
+        if removed + keep.len() as u64 > 0 {
+            let below = s.entries.front().map_or(s.last_id.next(), |e| e.id);
+            if let Some(log) = &mut s.log {
+                log.push(StreamChange::Trimmed { below, keep });
             }
         }
         Ok(removed)
