@@ -31,37 +31,116 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ruststream_core::{
     Broker, BrokerFuture, BrokerResult, Clock, ConsumerInfo, DeadLetter, Entry, EntryId, GroupInfo,
     Message, PendingEntry, ReadBatch, ReadMode, ReadRequest, Retry, StreamInfo, StreamStart, Trim,
 };
-use ruststream_engine::Engine;
+use ruststream_engine::{Change, Engine};
 use tokio::sync::Notify;
 
+/// Where a local broker keeps its changes: nowhere ([`Volatile`], the
+/// memory broker) or on disk (the file-log broker).
+///
+/// The broker calls [`Persistence::persist`] under its lock after every
+/// call that changed state, with the engine's recorded changes, in order.
+pub trait Persistence: Send + 'static {
+    /// The broker's name in messages: `"memory"`, `"filelog"`.
+    fn name(&self) -> &'static str;
+
+    /// Whether the engine should record changes for [`Persistence::persist`].
+    fn records(&self) -> bool;
+
+    /// Persists (and drains) the changes of one call. Returns a ticket that
+    /// [`Durability::wait`] resolves once those changes are durable.
+    fn persist(&mut self, changes: &mut Vec<Change>) -> BrokerResult<u64>;
+}
+
+/// Waiting for persisted changes to become durable (group commit).
+pub trait Durability: Send + Sync + 'static {
+    /// Resolves once everything persisted up to `ticket` is durable.
+    fn wait(&self, ticket: u64) -> BrokerFuture<'_, ()>;
+}
+
+/// Keeps nothing: the memory broker.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Volatile;
+
+impl Persistence for Volatile {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn records(&self) -> bool {
+        false
+    }
+
+    fn persist(&mut self, changes: &mut Vec<Change>) -> BrokerResult<u64> {
+        changes.clear();
+        Ok(0)
+    }
+}
+
+/// The engine behind a lock, with wakeups for blocking reads and a
+/// [`Persistence`] for its changes. [`MemoryBroker`] is the one without
+/// persistence; the file-log broker wraps one that writes to disk.
+pub struct LocalBroker<P: Persistence = Volatile> {
+    shared: Arc<Shared<P>>,
+}
+
 /// An in-memory broker. Cheap to clone: clones share the same streams.
-#[derive(Clone, Debug)]
-pub struct MemoryBroker {
-    shared: Arc<Shared>,
+pub type MemoryBroker = LocalBroker<Volatile>;
+
+impl<P: Persistence> Clone for LocalBroker<P> {
+    fn clone(&self) -> Self {
+        LocalBroker {
+            shared: Arc::clone(&self.shared),
+        }
+    }
 }
 
-#[derive(Debug)]
-struct Shared {
-    state: Mutex<State>,
+impl<P: Persistence> fmt::Debug for LocalBroker<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalBroker")
+            .field("name", &self.shared.name)
+            .field("clock", &self.shared.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared<P> {
+    state: Mutex<State<P>>,
     clock: Clock,
+    durability: Option<Arc<dyn Durability>>,
+    name: &'static str,
 }
 
-#[derive(Debug, Default)]
-struct State {
+struct State<P> {
     engine: Engine,
+    persistence: P,
+    /// Changes being handed to the persistence (a reused buffer).
+    changes: Vec<Change>,
     /// One wakeup per stream that a blocking read has waited on.
     wakeups: HashMap<String, Arc<Notify>>,
 }
 
-impl State {
+impl<P: Persistence> State<P> {
     fn wakeup(&self, stream: &str) -> Option<Arc<Notify>> {
         self.wakeups.get(stream).cloned()
+    }
+
+    /// Hands the changes of the call just made to the persistence.
+    fn persist(&mut self) -> BrokerResult<u64> {
+        if !self.persistence.records() {
+            return Ok(0);
+        }
+        self.engine.take_changes_into(&mut self.changes);
+        if self.changes.is_empty() {
+            return Ok(0);
+        }
+        self.persistence.persist(&mut self.changes)
     }
 }
 
@@ -84,10 +163,32 @@ impl MemoryBroker {
 
     /// An empty broker on the given clock.
     pub fn with_clock(clock: Clock) -> Self {
-        MemoryBroker {
+        LocalBroker::with_persistence(Engine::new(), Volatile, None, clock)
+    }
+}
+
+impl<P: Persistence> LocalBroker<P> {
+    /// A broker over `engine` (already restored, for a durable broker),
+    /// handing its changes to `persistence`; publishes wait on
+    /// `durability` when given.
+    pub fn with_persistence(
+        mut engine: Engine,
+        persistence: P,
+        durability: Option<Arc<dyn Durability>>,
+        clock: Clock,
+    ) -> Self {
+        engine.record_changes(persistence.records());
+        LocalBroker {
             shared: Arc::new(Shared {
-                state: Mutex::new(State::default()),
+                name: persistence.name(),
+                state: Mutex::new(State {
+                    engine,
+                    persistence,
+                    changes: Vec::new(),
+                    wakeups: HashMap::new(),
+                }),
                 clock,
+                durability,
             }),
         }
     }
@@ -97,7 +198,14 @@ impl MemoryBroker {
         self.shared.clock
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    /// Runs `f` on the persistence, under the broker's lock.
+    pub fn with_persistence_mut<T>(&self, f: impl FnOnce(&mut P, &Engine) -> T) -> T {
+        let mut state = self.lock();
+        let state = &mut *state;
+        f(&mut state.persistence, &state.engine)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<P>> {
         // A panic while the lock was held cannot leave the engine half
         // updated in a way later calls could not handle (every engine call
         // validates before it mutates), so a poisoned lock is used as is.
@@ -107,19 +215,53 @@ impl MemoryBroker {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Runs `f` on the engine under the lock, then wakes blocking readers of
-    /// `stream`.
-    fn mutate<T>(&self, stream: &str, f: impl FnOnce(&mut Engine, u64) -> T) -> T {
+    /// Runs `f` on the engine under the lock, persists what changed, then
+    /// wakes blocking readers of `stream` if `wake`. Returns the result
+    /// and the persistence ticket.
+    fn change<T>(
+        &self,
+        stream: &str,
+        wake: bool,
+        f: impl FnOnce(&mut Engine, u64) -> BrokerResult<T>,
+    ) -> BrokerResult<(T, u64)> {
         let now = self.shared.clock.now_ms();
-        let (out, wake) = {
+        let (out, wakeup) = {
             let mut state = self.lock();
             let out = f(&mut state.engine, now);
-            (out, state.wakeup(stream))
+            let ticket = state.persist();
+            let wakeup = if wake { state.wakeup(stream) } else { None };
+            (out.and_then(|out| Ok((out, ticket?))), wakeup)
         };
-        if let Some(wake) = wake {
-            wake.notify_waiters();
+        if let Some(wakeup) = wakeup {
+            wakeup.notify_waiters();
         }
         out
+    }
+
+    /// [`LocalBroker::change`] without waiting for durability.
+    fn mutate<T: Send + 'static>(
+        &self,
+        stream: &str,
+        wake: bool,
+        f: impl FnOnce(&mut Engine, u64) -> BrokerResult<T>,
+    ) -> BrokerFuture<'static, T> {
+        ready(self.change(stream, wake, f).map(|(out, _)| out))
+    }
+
+    /// [`LocalBroker::change`], then waits until the change is durable.
+    fn mutate_durably<'a, T: Send + 'a>(
+        &'a self,
+        stream: &'a str,
+        f: impl FnOnce(&mut Engine, u64) -> BrokerResult<T>,
+    ) -> BrokerFuture<'a, T> {
+        let changed = self.change(stream, true, f);
+        match (&self.shared.durability, changed) {
+            (Some(durability), Ok((out, ticket))) => Box::pin(async move {
+                durability.wait(ticket).await?;
+                Ok(out)
+            }),
+            (_, changed) => Box::pin(std::future::ready(changed.map(|(out, _)| out))),
+        }
     }
 
     /// Runs `f` on the engine under the lock, read-only.
@@ -128,8 +270,27 @@ impl MemoryBroker {
         f(&self.lock().engine, now)
     }
 
+    /// One read attempt; with `next_due`, also when the read could next
+    /// return something if it returned nothing now.
+    fn read_once(
+        &self,
+        request: &ReadRequest<'_>,
+        with_next_due: bool,
+    ) -> BrokerResult<(ReadBatch, Option<u64>)> {
+        self.change(request.stream, false, |e, now| {
+            let batch = e.read(request, now)?;
+            let next_due = if with_next_due && batch.is_empty() {
+                e.next_due(request, now)
+            } else {
+                None
+            };
+            Ok((batch, next_due))
+        })
+        .map(|(out, _)| out)
+    }
+
     async fn blocking_read(&self, request: ReadRequest<'_>) -> BrokerResult<ReadBatch> {
-        let first = self.inspect_read(&request)?;
+        let (first, _) = self.read_once(&request, false)?;
         let Some(block) = request.block.filter(|_| first.is_empty()) else {
             return Ok(first);
         };
@@ -142,17 +303,7 @@ impl MemoryBroker {
             let notified = wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (batch, next_due) = {
-                let now = self.shared.clock.now_ms();
-                let mut state = self.lock();
-                let batch = state.engine.read(&request, now)?;
-                let next_due = if batch.is_empty() {
-                    state.engine.next_due(&request, now)
-                } else {
-                    None
-                };
-                (batch, next_due)
-            };
+            let (batch, next_due) = self.read_once(&request, true)?;
             if !batch.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(batch);
             }
@@ -163,16 +314,11 @@ impl MemoryBroker {
             let _ = tokio::time::timeout_at(wake_at, notified).await;
         }
     }
-
-    fn inspect_read(&self, request: &ReadRequest<'_>) -> BrokerResult<ReadBatch> {
-        let now = self.shared.clock.now_ms();
-        self.lock().engine.read(request, now)
-    }
 }
 
-impl Broker for MemoryBroker {
+impl<P: Persistence> Broker for LocalBroker<P> {
     fn name(&self) -> &'static str {
-        "memory"
+        self.shared.name
     }
 
     fn check_mode(&self, _mode: ReadMode) -> BrokerFuture<'_, ()> {
@@ -180,10 +326,9 @@ impl Broker for MemoryBroker {
     }
 
     fn publish<'a>(&'a self, stream: &'a str, message: Message) -> BrokerFuture<'a, EntryId> {
-        let id = self.mutate(stream, |e, now| {
-            e.publish_shared(stream, Arc::new(message), now)
-        });
-        ready(Ok(id))
+        self.mutate_durably(stream, |e, now| {
+            Ok(e.publish_shared(stream, Arc::new(message), now))
+        })
     }
 
     fn publish_batch<'a>(
@@ -191,9 +336,7 @@ impl Broker for MemoryBroker {
         stream: &'a str,
         messages: Vec<Message>,
     ) -> BrokerFuture<'a, Vec<EntryId>> {
-        ready(Ok(
-            self.mutate(stream, |e, now| e.publish(stream, messages, now))
-        ))
+        self.mutate_durably(stream, |e, now| Ok(e.publish(stream, messages, now)))
     }
 
     fn ensure_group<'a>(
@@ -202,9 +345,9 @@ impl Broker for MemoryBroker {
         group: &'a str,
         start: StreamStart,
     ) -> BrokerFuture<'a, bool> {
-        ready(Ok(self.mutate(stream, |e, now| {
-            e.ensure_group(stream, group, start, now)
-        })))
+        self.mutate_durably(stream, |e, now| {
+            Ok(e.ensure_group(stream, group, start, now))
+        })
     }
 
     fn set_group_position<'a>(
@@ -213,12 +356,12 @@ impl Broker for MemoryBroker {
         group: &'a str,
         start: StreamStart,
     ) -> BrokerFuture<'a, ()> {
-        ready(self.mutate(stream, |e, _| e.set_group_position(stream, group, start)))
+        self.mutate_durably(stream, |e, _| e.set_group_position(stream, group, start))
     }
 
     fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
         if request.block.is_none() {
-            return ready(self.inspect_read(&request));
+            return ready(self.read_once(&request, false).map(|(batch, _)| batch));
         }
         Box::pin(self.blocking_read(request))
     }
@@ -230,7 +373,7 @@ impl Broker for MemoryBroker {
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
         // An ack makes nothing readable, so no wakeup is needed.
-        ready(self.lock().engine.ack(stream, group, ids))
+        self.mutate(stream, false, |e, _| e.ack(stream, group, ids))
     }
 
     fn retry<'a>(
@@ -240,17 +383,15 @@ impl Broker for MemoryBroker {
         ids: &'a [EntryId],
         how: Retry,
     ) -> BrokerFuture<'a, u64> {
-        ready(self.mutate(stream, |e, now| {
-            match how {
-                Retry::Copy => e
-                    .retry_copy(stream, group, ids, now)
-                    .map(|r| r.len() as u64),
-                Retry::After(delay) => {
-                    let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-                    e.retry_after(stream, group, ids, delay_ms, now)
-                }
+        self.mutate(stream, true, |e, now| match how {
+            Retry::Copy => e
+                .retry_copy(stream, group, ids, now)
+                .map(|r| r.len() as u64),
+            Retry::After(delay) => {
+                let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                e.retry_after(stream, group, ids, delay_ms, now)
             }
-        }))
+        })
     }
 
     fn dead_letter<'a>(
@@ -260,12 +401,9 @@ impl Broker for MemoryBroker {
         ids: &'a [EntryId],
         reason: &'a str,
     ) -> BrokerFuture<'a, u64> {
-        let now = self.shared.clock.now_ms();
-        ready(
-            self.lock()
-                .engine
-                .dead_letter(stream, group, ids, reason, now),
-        )
+        self.mutate(stream, false, |e, now| {
+            e.dead_letter(stream, group, ids, reason, now)
+        })
     }
 
     fn redrive<'a>(
@@ -274,7 +412,7 @@ impl Broker for MemoryBroker {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
-        ready(self.mutate(stream, |e, now| e.redrive(stream, group, ids, now)))
+        self.mutate(stream, true, |e, now| e.redrive(stream, group, ids, now))
     }
 
     fn discard<'a>(
@@ -283,7 +421,7 @@ impl Broker for MemoryBroker {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
-        ready(self.lock().engine.discard(stream, group, ids))
+        self.mutate(stream, false, |e, _| e.discard(stream, group, ids))
     }
 
     fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo> {
@@ -334,6 +472,6 @@ impl Broker for MemoryBroker {
     }
 
     fn trim<'a>(&'a self, stream: &'a str, trim: Trim) -> BrokerFuture<'a, u64> {
-        ready(self.lock().engine.trim(stream, trim))
+        self.mutate(stream, false, |e, _| e.trim(stream, trim))
     }
 }
