@@ -61,6 +61,27 @@ pub enum BrokerError {
         /// What check failed.
         detail: String,
     },
+    /// Another process holds the broker's directory.
+    #[error(
+        "{path} is in use by another process ({holder}); stop that process or open another directory"
+    )]
+    InUse {
+        /// The directory (or its lock file).
+        path: PathBuf,
+        /// Who holds it, as far as can be told (its pid).
+        holder: String,
+    },
+    /// The broker stopped taking writes after a storage failure, so that
+    /// nothing is acknowledged that cannot be kept.
+    #[error(
+        "{broker} broker failed and takes no more writes: {detail}; restart the process once the cause is fixed"
+    )]
+    Failed {
+        /// Which broker.
+        broker: &'static str,
+        /// The first failure.
+        detail: String,
+    },
     /// The broker was shut down and takes no more calls.
     #[error("{broker} broker is closed")]
     Closed {

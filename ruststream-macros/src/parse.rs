@@ -268,15 +268,15 @@ impl SubscriberArgs {
             .prefetch
             .as_ref()
             .and_then(|p| p.literal.map(|n| (n, &p.expr)));
-        if let (Some(workers), Some((prefetch, expr))) = (workers, prefetch) {
-            if prefetch < workers {
-                cx.error_spanned_by(
+        if let (Some(workers), Some((prefetch, expr))) = (workers, prefetch)
+            && prefetch < workers
+        {
+            cx.error_spanned_by(
                     expr,
                     format!(
                         "`prefetch({prefetch})` is less than `workers({workers})`: read ahead at least one entry per worker"
                     ),
                 );
-            }
         }
     }
 }
@@ -501,10 +501,10 @@ fn check_constructor(cx: &Ctxt, call: &ExprCall) -> bool {
 /// that starts with it (`claim` for `claiming`), or else one a few edits
 /// away.
 fn did_you_mean<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    if name.len() >= 3 {
-        if let Some(prefixed) = candidates.iter().find(|c| c.starts_with(name)) {
-            return Some(prefixed);
-        }
+    if name.len() >= 3
+        && let Some(prefixed) = candidates.iter().find(|c| c.starts_with(name))
+    {
+        return Some(prefixed);
     }
     candidates
         .iter()
@@ -700,14 +700,14 @@ fn payload_of(cx: &Ctxt, ty: &Type) -> Option<Payload> {
                 );
                 return None;
             }
-            if let Some(lifetime) = &reference.lifetime {
-                if lifetime.ident != "_" {
-                    cx.error_spanned_by(
-                        lifetime,
-                        "the payload's reference cannot name a lifetime: write `&T`",
-                    );
-                    return None;
-                }
+            if let Some(lifetime) = &reference.lifetime
+                && lifetime.ident != "_"
+            {
+                cx.error_spanned_by(
+                    lifetime,
+                    "the payload's reference cannot name a lifetime: write `&T`",
+                );
+                return None;
             }
             match &*reference.elem {
                 Type::Slice(slice) if is_u8(&slice.elem) => Some(Payload::RawSlice),

@@ -36,7 +36,7 @@
 //!
 //! This crate re-exports the core types and the [`Broker`] trait from
 //! `ruststream-core`, the macros, and the built-in brokers behind features
-//! (`memory` on by default).
+//! (`memory` and `filelog` on by default, `redis` optional).
 
 #![forbid(unsafe_code)]
 
@@ -68,10 +68,20 @@ pub use subscriber::{Registration, Subscriber, SubscriberInfo, registered_subscr
 #[cfg(feature = "memory")]
 pub use ruststream_memory::MemoryBroker;
 
+#[cfg(feature = "filelog")]
+pub use ruststream_filelog::{FileLogBroker, FileLogOptions, Retention, SyncPolicy};
+
+#[cfg(feature = "redis")]
+pub use ruststream_redis::RedisBroker;
+
 /// Everything a service module needs: `use ruststream::prelude::*;`.
 pub mod prelude {
+    #[cfg(feature = "filelog")]
+    pub use crate::FileLogBroker;
     #[cfg(feature = "memory")]
     pub use crate::MemoryBroker;
+    #[cfg(feature = "redis")]
+    pub use crate::RedisBroker;
     pub use crate::{
         App, AppInfo, Context, DELIVERY_COUNT_HEADER, EntryId, HandlerOutcome, IDLE_MS_HEADER,
         Outgoing, PARTITION_KEY_HEADER, Publish, Publisher, RedisStream, RustStream, Stream,

@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ruststream::{
-    Broker, Handled, MemoryBroker, Observer, Publisher, Running, Settlement, StartError,
-};
+use ruststream::{Broker, Handled, Observer, Publisher, Running, Settlement, StartError};
 use tokio::time::Instant;
 
 use crate::{MIN_IDLE, Migrations, Payment, Screened, service};
@@ -153,7 +151,7 @@ impl std::error::Error for DemoError {}
 
 /// Runs the demo on `broker` (on a paused clock: call it from a
 /// current-thread runtime with the clock paused).
-pub async fn run(broker: MemoryBroker) -> Result<Summary, DemoError> {
+pub async fn run(broker: Arc<dyn Broker>) -> Result<Summary, DemoError> {
     let started = Instant::now();
     let printer = Arc::new(Printer {
         started,
@@ -161,7 +159,7 @@ pub async fn run(broker: MemoryBroker) -> Result<Summary, DemoError> {
         retried: AtomicU64::new(0),
         screened: AtomicU64::new(0),
     });
-    let shared: Arc<dyn Broker> = Arc::new(broker.clone());
+    let shared = Arc::clone(&broker);
     let running = service(Arc::clone(&shared))
         .observe(Arc::clone(&printer) as Arc<dyn Observer>)
         .start()
@@ -169,6 +167,10 @@ pub async fn run(broker: MemoryBroker) -> Result<Summary, DemoError> {
         .map_err(DemoError::Start)?;
 
     let samples = sample_payments();
+    println!(
+        "[t+  0.0s] publishing {} payments to stream \"payments\"",
+        samples.len()
+    );
     let publisher = Publisher::new(Arc::clone(&shared));
     for payment in &samples {
         publisher
@@ -191,13 +193,13 @@ pub async fn run(broker: MemoryBroker) -> Result<Summary, DemoError> {
         );
     });
 
-    let settled = wait_until_settled(&broker, samples.len() as u64).await;
+    let settled = wait_until_settled(&*broker, samples.len() as u64).await;
     migration.abort();
     let summary = Summary {
         posted: printer.posted.load(Ordering::Relaxed),
         retried: printer.retried.load(Ordering::Relaxed),
         screened: printer.screened.load(Ordering::Relaxed),
-        suspicious: suspicious_count(&broker).await,
+        suspicious: suspicious_count(&*broker).await,
         took: started.elapsed(),
     };
     shutdown(running).await;
@@ -208,7 +210,7 @@ async fn shutdown(running: Running) {
     running.shutdown_within(Duration::from_secs(5)).await;
 }
 
-async fn suspicious_count(broker: &MemoryBroker) -> u64 {
+async fn suspicious_count(broker: &dyn Broker) -> u64 {
     let entries = broker
         .range(
             "payments.screened",
@@ -227,7 +229,7 @@ async fn suspicious_count(broker: &MemoryBroker) -> u64 {
 
 /// Waits (in simulated time) until both groups have nothing pending or
 /// undelivered and every payment has been screened.
-async fn wait_until_settled(broker: &MemoryBroker, payments: u64) -> Result<(), DemoError> {
+async fn wait_until_settled(broker: &dyn Broker, payments: u64) -> Result<(), DemoError> {
     let limit = Duration::from_secs(600);
     let started = Instant::now();
     loop {

@@ -1,41 +1,97 @@
 //! The payments service.
 //!
 //! ```text
-//! payments          run the service until Ctrl-C (SIGINT) or SIGTERM
-//! payments demo     publish sample payments, print what happens, exit
+//! payments [--data DIR]          run the service on the durable file log in DIR
+//!                                (default ./payments-data) until Ctrl-C or SIGTERM
+//! payments demo [--data DIR]     publish sample payments, print what happens, exit
+//!                                (default: a fresh temporary directory, removed after)
+//! payments ... --memory          use the in-memory broker instead of the file log
 //! ```
 
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use payments::demo;
-use ruststream::{App, MemoryBroker};
+use ruststream::{App, Broker, FileLogBroker, MemoryBroker};
+
+/// What the command line asked for.
+struct Args {
+    demo: bool,
+    data: Option<PathBuf>,
+    memory: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        demo: false,
+        data: None,
+        memory: false,
+    };
+    let mut words = std::env::args().skip(1);
+    while let Some(word) = words.next() {
+        match word.as_str() {
+            "demo" => args.demo = true,
+            "--memory" => args.memory = true,
+            "--data" => match words.next() {
+                Some(dir) => args.data = Some(PathBuf::from(dir)),
+                None => return Err("--data needs a directory".into()),
+            },
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(args)
+}
+
+const USAGE: &str = "usage: payments [demo] [--data DIR | --memory]";
+
+/// The broker chosen on the command line, for `app()`.
+static BROKER: OnceLock<Arc<dyn Broker>> = OnceLock::new();
 
 fn app() -> impl App {
-    payments::service(Arc::new(MemoryBroker::new()))
+    let broker = BROKER
+        .get()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(MemoryBroker::new()));
+    payments::service(broker)
+}
+
+fn open_broker(args: &Args, default_dir: PathBuf) -> Result<Arc<dyn Broker>, String> {
+    if args.memory {
+        println!("broker: in memory (nothing is kept)");
+        return Ok(Arc::new(MemoryBroker::new()));
+    }
+    let dir = args.data.clone().unwrap_or(default_dir);
+    let broker = FileLogBroker::open(&dir).map_err(|e| e.to_string())?;
+    println!("broker: durable file log in {}", dir.display());
+    Ok(Arc::new(broker))
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        [] => {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("error: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.demo {
+        return run_demo(&args);
+    }
+    match open_broker(&args, PathBuf::from("payments-data")) {
+        Ok(broker) => {
+            let _ = BROKER.set(broker);
             ruststream::run_main(app);
             ExitCode::SUCCESS
         }
-        ["demo"] => run_demo(),
-        _ => {
-            eprintln!("usage: payments [demo]");
-            ExitCode::from(2)
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
     }
 }
 
-fn run_demo() -> ExitCode {
+fn run_demo(args: &Args) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
@@ -47,11 +103,19 @@ fn run_demo() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!(
-        "payments demo: ledger (claiming, workers(8, by_key)) and fraud (from the beginning, replies)"
-    );
-    println!("the clock is simulated: waits pass at once, times are simulated seconds\n");
-    match runtime.block_on(demo::run(MemoryBroker::new())) {
+    let scratch =
+        std::env::temp_dir().join(format!("ruststream-payments-demo-{}", std::process::id()));
+    let remove_after = args.data.is_none() && !args.memory;
+    let result = runtime.block_on(async {
+        let broker = open_broker(args, scratch.clone())?;
+        println!("payments demo: ledger (claiming, workers(8, by_key)) and fraud (from the beginning, replies)");
+        println!("the clock is simulated: waits pass at once, times are simulated seconds\n");
+        demo::run(broker).await.map_err(|e| e.to_string())
+    });
+    if remove_after {
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
+    match result {
         Ok(summary) => {
             println!(
                 "\nsummary: {} payments posted, {} retries while an account was locked, {} screened ({} suspicious), all settled after {:.1}s simulated",

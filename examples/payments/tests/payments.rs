@@ -249,11 +249,26 @@ async fn a_poison_payload_is_dead_lettered_and_can_be_redriven() {
 /// The demo publishes its samples and finishes once everything is settled.
 #[tokio::test(start_paused = true)]
 async fn the_demo_settles_every_payment() {
-    let summary = payments::demo::run(MemoryBroker::new()).await.unwrap();
+    let summary = payments::demo::run(Arc::new(MemoryBroker::new()))
+        .await
+        .unwrap();
     let n = payments::demo::sample_payments().len() as u64;
     assert_eq!(summary.posted, n);
     assert_eq!(summary.screened, n);
     assert_eq!(summary.suspicious, 1);
     assert!(summary.retried >= 1);
     assert!(summary.took >= payments::demo::MIGRATION_DONE_AFTER);
+}
+
+/// The demo on the durable file log, as `cargo run -p payments -- demo`
+/// runs it.
+#[tokio::test(start_paused = true)]
+async fn the_demo_settles_every_payment_on_the_file_log() {
+    let dir = std::env::temp_dir().join(format!("ruststream-payments-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let broker = ruststream::FileLogBroker::open(&dir).unwrap();
+    let summary = payments::demo::run(Arc::new(broker)).await.unwrap();
+    let n = payments::demo::sample_payments().len() as u64;
+    assert_eq!((summary.posted, summary.screened), (n, n));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,684 @@
+//! The on-disk format: file headers, checksummed frames, and the encoding
+//! of entries and engine changes. `FORMAT.md` beside this crate describes
+//! it for people; this module is the one place that reads and writes it.
+
+use std::sync::Arc;
+
+use ruststream_core::{EntryId, Headers, Message};
+use ruststream_engine::{Change, CopyOf, GroupChange};
+
+/// The format version written in every file header.
+pub(crate) const FORMAT_VERSION: u16 = 1;
+/// Length of a file header: a 6-byte tag and the version.
+pub(crate) const FILE_HEADER_LEN: usize = 8;
+/// Tag of a stream segment file.
+pub(crate) const SEGMENT_TAG: &[u8; 6] = b"RSSEG\0";
+/// Tag of a journal file.
+pub(crate) const JOURNAL_TAG: &[u8; 6] = b"RSJRN\0";
+/// Tag of a snapshot file.
+pub(crate) const SNAPSHOT_TAG: &[u8; 6] = b"RSSNP\0";
+
+/// First byte of every frame.
+pub(crate) const FRAME_MAGIC: u8 = 0xA5;
+/// Frame header: magic, kind, body length (u32), CRC-32 of kind and body.
+pub(crate) const FRAME_HEADER_LEN: usize = 10;
+/// Frames larger than this are refused on write and treated as corrupt on
+/// read (a flipped bit in a length must not make us allocate gigabytes).
+pub(crate) const MAX_FRAME_BODY: usize = 64 << 20;
+
+/// Frame kinds.
+pub(crate) const KIND_ENTRY: u8 = 1;
+pub(crate) const KIND_CHANGES: u8 = 2;
+pub(crate) const KIND_SNAPSHOT_END: u8 = 3;
+
+/// A file header for `tag`.
+pub(crate) fn file_header(tag: &[u8; 6]) -> [u8; FILE_HEADER_LEN] {
+    let mut header = [0u8; FILE_HEADER_LEN];
+    header[..6].copy_from_slice(tag);
+    header[6..].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header
+}
+
+/// Checks a file header; the error says what was found.
+pub(crate) fn check_file_header(bytes: &[u8], tag: &[u8; 6]) -> Result<(), String> {
+    if bytes.len() < FILE_HEADER_LEN {
+        return Err(format!(
+            "file header is {} bytes, expected {FILE_HEADER_LEN}",
+            bytes.len()
+        ));
+    }
+    if &bytes[..6] != tag {
+        return Err(format!(
+            "file tag is {:?}, expected {:?}",
+            String::from_utf8_lossy(&bytes[..6]),
+            String::from_utf8_lossy(tag)
+        ));
+    }
+    let version = u16::from_le_bytes([bytes[6], bytes[7]]);
+    if version != FORMAT_VERSION {
+        return Err(format!(
+            "format version {version}, this build reads version {FORMAT_VERSION}"
+        ));
+    }
+    Ok(())
+}
+
+fn checksum(kind: u8, body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&[kind]);
+    hasher.update(body);
+    hasher.finalize()
+}
+
+/// Appends a frame of `kind` whose body `write_body` appends to `out`.
+pub(crate) fn write_frame(
+    out: &mut Vec<u8>,
+    kind: u8,
+    write_body: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+) -> Result<(), String> {
+    let start = out.len();
+    out.extend_from_slice(&[FRAME_MAGIC, kind, 0, 0, 0, 0, 0, 0, 0, 0]);
+    if let Err(e) = write_body(out) {
+        out.truncate(start);
+        return Err(e);
+    }
+    let body_len = out.len() - start - FRAME_HEADER_LEN;
+    if body_len > MAX_FRAME_BODY {
+        out.truncate(start);
+        return Err(format!(
+            "a record of {body_len} bytes is larger than the limit of {MAX_FRAME_BODY}"
+        ));
+    }
+    let crc = checksum(kind, &out[start + FRAME_HEADER_LEN..]);
+    out[start + 2..start + 6].copy_from_slice(&(body_len as u32).to_le_bytes());
+    out[start + 6..start + 10].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+/// What is at some offset of a file.
+#[derive(Debug)]
+pub(crate) enum Frame<'a> {
+    /// A whole, checksummed frame.
+    Ok {
+        /// Its kind.
+        kind: u8,
+        /// Its body.
+        body: &'a [u8],
+        /// Its length with the header.
+        len: usize,
+    },
+    /// Not a valid frame (torn, or corrupt): why.
+    Bad(String),
+    /// The end of the data.
+    End,
+}
+
+/// Reads the frame at the start of `bytes`.
+pub(crate) fn read_frame(bytes: &[u8]) -> Frame<'_> {
+    if bytes.is_empty() {
+        return Frame::End;
+    }
+    if bytes.len() < FRAME_HEADER_LEN {
+        return Frame::Bad(format!(
+            "{} bytes, shorter than a record header",
+            bytes.len()
+        ));
+    }
+    if bytes[0] != FRAME_MAGIC {
+        return Frame::Bad(format!(
+            "record marker is {:#04x}, expected {FRAME_MAGIC:#04x}",
+            bytes[0]
+        ));
+    }
+    let kind = bytes[1];
+    let len = u32::from_le_bytes([bytes[2], bytes[3], bytes[4], bytes[5]]) as usize;
+    if len > MAX_FRAME_BODY {
+        return Frame::Bad(format!("record length {len} is over the limit"));
+    }
+    let crc = u32::from_le_bytes([bytes[6], bytes[7], bytes[8], bytes[9]]);
+    let Some(body) = bytes.get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + len) else {
+        return Frame::Bad(format!(
+            "record of {len} bytes cut short at {} bytes",
+            bytes.len() - FRAME_HEADER_LEN
+        ));
+    };
+    if checksum(kind, body) != crc {
+        return Frame::Bad("checksum mismatch".to_owned());
+    }
+    Frame::Ok {
+        kind,
+        body,
+        len: FRAME_HEADER_LEN + len,
+    }
+}
+
+/// Whether a valid frame starts anywhere in `bytes`: after a bad frame, that
+/// means corruption in the middle of a file rather than a torn tail.
+pub(crate) fn valid_frame_after(bytes: &[u8]) -> Option<usize> {
+    (1..bytes.len()).find(|&at| {
+        bytes[at] == FRAME_MAGIC && matches!(read_frame(&bytes[at..]), Frame::Ok { .. })
+    })
+}
+
+// ---- primitive encoding -----------------------------------------------------
+
+fn put_u8(out: &mut Vec<u8>, v: u8) {
+    out.push(v);
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_id(out: &mut Vec<u8>, id: EntryId) {
+    put_u64(out, id.ms);
+    put_u64(out, id.seq);
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8], what: &str) -> Result<(), String> {
+    let len = u32::try_from(bytes.len()).map_err(|_| format!("{what} is longer than 4 GiB"))?;
+    put_u32(out, len);
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str, what: &str) -> Result<(), String> {
+    put_bytes(out, s.as_bytes(), what)
+}
+
+/// A cursor over a frame body.
+pub(crate) struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes, at: 0 }
+    }
+
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|end| *end <= self.bytes.len())
+            .ok_or_else(|| format!("record ends inside {what}"))?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn u8(&mut self, what: &str) -> Result<u8, String> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, String> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, String> {
+        let b = self.take(8, what)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    fn id(&mut self, what: &str) -> Result<EntryId, String> {
+        Ok(EntryId::new(self.u64(what)?, self.u64(what)?))
+    }
+
+    fn bytes(&mut self, what: &str) -> Result<&'a [u8], String> {
+        let len = self.u32(what)? as usize;
+        self.take(len, what)
+    }
+
+    fn string(&mut self, what: &str) -> Result<String, String> {
+        let bytes = self.bytes(what)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+    }
+
+    fn ids(&mut self, what: &str) -> Result<Vec<EntryId>, String> {
+        let n = self.u32(what)? as usize;
+        if n > self.bytes.len() / 16 + 1 {
+            return Err(format!("{what}: count {n} does not fit the record"));
+        }
+        (0..n).map(|_| self.id(what)).collect()
+    }
+
+    pub(crate) fn finish(&self, what: &str) -> Result<(), String> {
+        if self.at == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} stray bytes after {what}",
+                self.bytes.len() - self.at
+            ))
+        }
+    }
+}
+
+// ---- entries ------------------------------------------------------------------
+
+/// Encodes one entry as a frame.
+pub(crate) fn write_entry(
+    out: &mut Vec<u8>,
+    id: EntryId,
+    message: &Message,
+    copy: Option<&CopyOf>,
+) -> Result<(), String> {
+    write_frame(out, KIND_ENTRY, |out| {
+        put_id(out, id);
+        match copy {
+            None => put_u8(out, 0),
+            Some(c) => {
+                put_u8(out, 1);
+                put_u32(out, c.times_delivered);
+                put_str(out, &c.group, "a group name")?;
+            }
+        }
+        put_u32(
+            out,
+            u32::try_from(message.headers.len()).unwrap_or(u32::MAX),
+        );
+        for (k, v) in message.headers.iter() {
+            put_str(out, k, "a header name")?;
+            put_str(out, v, "a header value")?;
+        }
+        put_bytes(out, &message.payload, "the payload")
+    })
+}
+
+/// A decoded entry.
+pub(crate) struct DecodedEntry {
+    pub(crate) id: EntryId,
+    pub(crate) message: Arc<Message>,
+    pub(crate) copy: Option<Arc<CopyOf>>,
+}
+
+/// Decodes an entry frame's body.
+pub(crate) fn read_entry(body: &[u8]) -> Result<DecodedEntry, String> {
+    let mut r = Reader::new(body);
+    let id = r.id("the entry id")?;
+    let copy = match r.u8("the copy flag")? {
+        0 => None,
+        1 => {
+            let times_delivered = r.u32("the copy's delivery count")?;
+            let group = r.string("the copy's group")?;
+            Some(Arc::new(CopyOf {
+                group,
+                times_delivered,
+            }))
+        }
+        other => return Err(format!("copy flag is {other}, expected 0 or 1")),
+    };
+    let count = r.u32("the header count")?;
+    let mut headers = Headers::new();
+    for _ in 0..count {
+        let k = r.string("a header name")?;
+        let v = r.string("a header value")?;
+        headers.insert(k, v);
+    }
+    let payload = r.bytes("the payload")?.to_vec();
+    r.finish("the entry")?;
+    Ok(DecodedEntry {
+        id,
+        message: Arc::new(Message { headers, payload }),
+        copy,
+    })
+}
+
+// ---- changes ------------------------------------------------------------------
+
+const C_GROUP_CREATED: u8 = 1;
+const C_GROUP: u8 = 2;
+const C_TRIMMED: u8 = 3;
+const C_RELEASED: u8 = 4;
+const C_LAST_ID: u8 = 5;
+
+const G_CONSUMER: u8 = 1;
+const G_HELD: u8 = 2;
+const G_OWED: u8 = 3;
+const G_SETTLED: u8 = 4;
+const G_DEAD: u8 = 5;
+const G_UNDEAD: u8 = 6;
+const G_CURSOR: u8 = 7;
+
+/// Encodes changes (not appends: those go to segments) as one frame, so a
+/// call's changes are applied all or not at all.
+pub(crate) fn write_changes<'c>(
+    out: &mut Vec<u8>,
+    changes: impl Iterator<Item = &'c Change> + Clone,
+) -> Result<(), String> {
+    write_frame(out, KIND_CHANGES, |out| {
+        let count = changes.clone().count();
+        put_u32(out, u32::try_from(count).unwrap_or(u32::MAX));
+        for change in changes {
+            put_change(out, change)?;
+        }
+        Ok(())
+    })
+}
+
+fn put_change(out: &mut Vec<u8>, change: &Change) -> Result<(), String> {
+    match change {
+        Change::Appended { .. } => Err("appended entries belong in segments".to_owned()),
+        Change::GroupCreated {
+            stream,
+            group,
+            cursor,
+        } => {
+            put_u8(out, C_GROUP_CREATED);
+            put_str(out, stream, "a stream name")?;
+            put_str(out, group, "a group name")?;
+            put_id(out, *cursor);
+            Ok(())
+        }
+        Change::Group {
+            stream,
+            group,
+            change,
+        } => {
+            put_u8(out, C_GROUP);
+            put_str(out, stream, "a stream name")?;
+            put_str(out, group, "a group name")?;
+            put_group_change(out, change)
+        }
+        Change::Trimmed {
+            stream,
+            below,
+            keep,
+        } => {
+            put_u8(out, C_TRIMMED);
+            put_str(out, stream, "a stream name")?;
+            put_id(out, *below);
+            put_ids(out, keep);
+            Ok(())
+        }
+        Change::Released { stream, ids } => {
+            put_u8(out, C_RELEASED);
+            put_str(out, stream, "a stream name")?;
+            put_ids(out, ids);
+            Ok(())
+        }
+        Change::LastId { stream, id } => {
+            put_u8(out, C_LAST_ID);
+            put_str(out, stream, "a stream name")?;
+            put_id(out, *id);
+            Ok(())
+        }
+    }
+}
+
+fn put_ids(out: &mut Vec<u8>, ids: &[EntryId]) {
+    put_u32(out, u32::try_from(ids.len()).unwrap_or(u32::MAX));
+    for id in ids {
+        put_id(out, *id);
+    }
+}
+
+fn put_group_change(out: &mut Vec<u8>, change: &GroupChange) -> Result<(), String> {
+    match change {
+        GroupChange::Consumer { name } => {
+            put_u8(out, G_CONSUMER);
+            put_str(out, name, "a consumer name")?;
+        }
+        GroupChange::Held {
+            id,
+            consumer,
+            times_delivered,
+            since_ms,
+        } => {
+            put_u8(out, G_HELD);
+            put_id(out, *id);
+            put_u32(out, *consumer);
+            put_u32(out, *times_delivered);
+            put_u64(out, *since_ms);
+        }
+        GroupChange::Owed {
+            id,
+            due_ms,
+            times_delivered,
+            since_ms,
+        } => {
+            put_u8(out, G_OWED);
+            put_id(out, *id);
+            put_u64(out, *due_ms);
+            put_u32(out, *times_delivered);
+            put_u64(out, *since_ms);
+        }
+        GroupChange::Settled { id } => {
+            put_u8(out, G_SETTLED);
+            put_id(out, *id);
+        }
+        GroupChange::Dead {
+            id,
+            reason,
+            times_delivered,
+            dead_at_ms,
+        } => {
+            put_u8(out, G_DEAD);
+            put_id(out, *id);
+            put_str(out, reason, "a dead-letter reason")?;
+            put_u32(out, *times_delivered);
+            put_u64(out, *dead_at_ms);
+        }
+        GroupChange::Undead { id } => {
+            put_u8(out, G_UNDEAD);
+            put_id(out, *id);
+        }
+        GroupChange::Cursor { cursor } => {
+            put_u8(out, G_CURSOR);
+            put_id(out, *cursor);
+        }
+    }
+    Ok(())
+}
+
+/// Decodes a changes frame's body.
+pub(crate) fn read_changes(body: &[u8]) -> Result<Vec<Change>, String> {
+    let mut r = Reader::new(body);
+    let count = r.u32("the change count")? as usize;
+    if count > body.len() {
+        return Err(format!("change count {count} does not fit the record"));
+    }
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        out.push(read_change(&mut r)?);
+    }
+    r.finish("the changes")?;
+    Ok(out)
+}
+
+fn read_change(r: &mut Reader<'_>) -> Result<Change, String> {
+    Ok(match r.u8("a change tag")? {
+        C_GROUP_CREATED => Change::GroupCreated {
+            stream: r.string("a stream name")?,
+            group: r.string("a group name")?,
+            cursor: r.id("a cursor")?,
+        },
+        C_GROUP => Change::Group {
+            stream: r.string("a stream name")?,
+            group: r.string("a group name")?,
+            change: read_group_change(r)?,
+        },
+        C_TRIMMED => Change::Trimmed {
+            stream: r.string("a stream name")?,
+            below: r.id("a trim point")?,
+            keep: r.ids("the entries kept")?,
+        },
+        C_RELEASED => Change::Released {
+            stream: r.string("a stream name")?,
+            ids: r.ids("the entries released")?,
+        },
+        C_LAST_ID => Change::LastId {
+            stream: r.string("a stream name")?,
+            id: r.id("a last id")?,
+        },
+        other => return Err(format!("unknown change tag {other}")),
+    })
+}
+
+fn read_group_change(r: &mut Reader<'_>) -> Result<GroupChange, String> {
+    Ok(match r.u8("a group change tag")? {
+        G_CONSUMER => GroupChange::Consumer {
+            name: r.string("a consumer name")?,
+        },
+        G_HELD => GroupChange::Held {
+            id: r.id("an entry id")?,
+            consumer: r.u32("a consumer number")?,
+            times_delivered: r.u32("a delivery count")?,
+            since_ms: r.u64("a delivery time")?,
+        },
+        G_OWED => GroupChange::Owed {
+            id: r.id("an entry id")?,
+            due_ms: r.u64("a due time")?,
+            times_delivered: r.u32("a delivery count")?,
+            since_ms: r.u64("a time")?,
+        },
+        G_SETTLED => GroupChange::Settled {
+            id: r.id("an entry id")?,
+        },
+        G_DEAD => GroupChange::Dead {
+            id: r.id("an entry id")?,
+            reason: r.string("a dead-letter reason")?,
+            times_delivered: r.u32("a delivery count")?,
+            dead_at_ms: r.u64("a time")?,
+        },
+        G_UNDEAD => GroupChange::Undead {
+            id: r.id("an entry id")?,
+        },
+        G_CURSOR => GroupChange::Cursor {
+            cursor: r.id("a cursor")?,
+        },
+        other => return Err(format!("unknown group change tag {other}")),
+    })
+}
+
+/// Encodes the end-of-snapshot marker: how many changes it holds.
+pub(crate) fn write_snapshot_end(out: &mut Vec<u8>, changes: u64) -> Result<(), String> {
+    write_frame(out, KIND_SNAPSHOT_END, |out| {
+        put_u64(out, changes);
+        Ok(())
+    })
+}
+
+/// Decodes the end-of-snapshot marker.
+pub(crate) fn read_snapshot_end(body: &[u8]) -> Result<u64, String> {
+    let mut r = Reader::new(body);
+    let n = r.u64("the snapshot's change count")?;
+    r.finish("the snapshot end")?;
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip() {
+        let message = Message::new(vec![0, 1, 2, 255]).with_header("k", "v é");
+        let copy = CopyOf {
+            group: "ledger".into(),
+            times_delivered: 3,
+        };
+        let mut out = Vec::new();
+        write_entry(&mut out, EntryId::new(5, 6), &message, Some(&copy)).unwrap();
+        let Frame::Ok { kind, body, len } = read_frame(&out) else {
+            panic!("frame")
+        };
+        assert_eq!((kind, len), (KIND_ENTRY, out.len()));
+        let e = read_entry(body).unwrap();
+        assert_eq!(e.id, EntryId::new(5, 6));
+        assert_eq!(*e.message, message);
+        assert_eq!(e.copy.as_deref(), Some(&copy));
+    }
+
+    #[test]
+    fn changes_round_trip() {
+        let id = EntryId::new(9, 1);
+        let g = |change| Change::Group {
+            stream: "s".into(),
+            group: "g".into(),
+            change,
+        };
+        let changes = vec![
+            Change::GroupCreated {
+                stream: "s".into(),
+                group: "g".into(),
+                cursor: EntryId::ZERO,
+            },
+            g(GroupChange::Consumer { name: "c".into() }),
+            g(GroupChange::Held {
+                id,
+                consumer: 0,
+                times_delivered: 2,
+                since_ms: 77,
+            }),
+            g(GroupChange::Owed {
+                id,
+                due_ms: 80,
+                times_delivered: 2,
+                since_ms: 78,
+            }),
+            g(GroupChange::Settled { id }),
+            g(GroupChange::Dead {
+                id,
+                reason: "why".into(),
+                times_delivered: 4,
+                dead_at_ms: 90,
+            }),
+            g(GroupChange::Undead { id }),
+            g(GroupChange::Cursor { cursor: id }),
+            Change::Trimmed {
+                stream: "s".into(),
+                below: id,
+                keep: vec![EntryId::new(1, 0)],
+            },
+            Change::Released {
+                stream: "s".into(),
+                ids: vec![EntryId::new(1, 0)],
+            },
+            Change::LastId {
+                stream: "s".into(),
+                id,
+            },
+        ];
+        let mut out = Vec::new();
+        write_changes(&mut out, changes.iter()).unwrap();
+        let Frame::Ok { body, .. } = read_frame(&out) else {
+            panic!("frame")
+        };
+        assert_eq!(read_changes(body).unwrap(), changes);
+    }
+
+    #[test]
+    fn damaged_frames_are_recognised() {
+        let mut out = Vec::new();
+        write_entry(
+            &mut out,
+            EntryId::new(1, 1),
+            &Message::new(b"x".to_vec()),
+            None,
+        )
+        .unwrap();
+        for cut in 1..out.len() {
+            assert!(
+                matches!(read_frame(&out[..cut]), Frame::Bad(_)),
+                "cut at {cut}"
+            );
+        }
+        for bit in 0..out.len() * 8 {
+            let mut flipped = out.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                !matches!(read_frame(&flipped), Frame::Ok { .. }),
+                "bit {bit} flipped went unnoticed"
+            );
+        }
+    }
+}

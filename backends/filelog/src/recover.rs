@@ -1,0 +1,360 @@
+//! Opening a file log: taking the lock, reading segments, snapshot and
+//! journal into the engine, and repairing a torn tail.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use ruststream_core::{BrokerError, BrokerResult, EntryId};
+use ruststream_engine::{Change, Engine};
+
+use crate::format::{self, Frame};
+use crate::lock::{DirLock, lock_dir};
+use crate::options::FileLogOptions;
+use crate::store::{
+    Journal, Segment, Store, StreamFiles, Syncer, create_with_header, io_error, journal_path,
+    segment_first_id, snapshot_path, stream_from_dir_name, sync_dir,
+};
+
+/// A file log read back from disk.
+pub(crate) struct Opened {
+    pub(crate) engine: Engine,
+    pub(crate) store: Store,
+    pub(crate) lock: DirLock,
+    pub(crate) entries: u64,
+}
+
+fn corrupt(path: &Path, offset: u64, detail: impl Into<String>) -> BrokerError {
+    BrokerError::Corrupt {
+        path: path.to_owned(),
+        offset,
+        detail: detail.into(),
+    }
+}
+
+/// Reads a whole file and checks its header. A file shorter than its
+/// header (a crash while it was being created) gets a fresh header.
+fn read_file(path: &Path, tag: &[u8; 6]) -> BrokerResult<Vec<u8>> {
+    let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
+    if bytes.len() < format::FILE_HEADER_LEN
+        && tag[..bytes.len().min(6)] == bytes[..bytes.len().min(6)]
+    {
+        tracing::warn!(path = %path.display(), "file cut short in its header (crash while it was created): header rewritten");
+        fs::write(path, format::file_header(tag)).map_err(|e| io_error(path, e))?;
+        return Ok(format::file_header(tag).to_vec());
+    }
+    format::check_file_header(&bytes, tag).map_err(|detail| corrupt(path, 0, detail))?;
+    Ok(bytes)
+}
+
+/// Walks the frames of a file after its header. A bad frame followed by
+/// nothing valid is a torn tail: the file is truncated there (logged). A bad
+/// frame followed by valid ones is corruption: an error naming the file and
+/// offset. `allow_truncate` is false for files that are never written in
+/// place (snapshots). Returns the file's length once repaired.
+fn walk_frames(
+    path: &Path,
+    bytes: &[u8],
+    allow_truncate: bool,
+    mut on_frame: impl FnMut(u8, &[u8]) -> Result<(), String>,
+) -> BrokerResult<u64> {
+    let mut at = format::FILE_HEADER_LEN;
+    loop {
+        match format::read_frame(&bytes[at..]) {
+            Frame::End => return Ok(at as u64),
+            Frame::Ok { kind, body, len } => {
+                on_frame(kind, body).map_err(|detail| corrupt(path, at as u64, detail))?;
+                at += len;
+            }
+            Frame::Bad(reason) => {
+                if let Some(next) = format::valid_frame_after(&bytes[at..]) {
+                    return Err(corrupt(
+                        path,
+                        at as u64,
+                        format!(
+                            "{reason}, and a valid record follows at offset {}: this is damage inside the file, not a torn write; restore the file from a backup or move it aside",
+                            at + next
+                        ),
+                    ));
+                }
+                if !allow_truncate {
+                    return Err(corrupt(path, at as u64, reason));
+                }
+                tracing::warn!(
+                    path = %path.display(),
+                    offset = at,
+                    dropped_bytes = bytes.len() - at,
+                    %reason,
+                    "torn record at the end of the file (a write cut short by a crash): truncated"
+                );
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| io_error(path, e))?;
+                file.set_len(at as u64).map_err(|e| io_error(path, e))?;
+                file.sync_all().map_err(|e| io_error(path, e))?;
+                return Ok(at as u64);
+            }
+        }
+    }
+}
+
+/// Trim state rebuilt from the journal, per stream.
+#[derive(Default)]
+struct TrimState {
+    below: EntryId,
+    kept: BTreeSet<EntryId>,
+}
+
+fn track_trims(trims: &mut HashMap<String, TrimState>, change: &Change) {
+    match change {
+        Change::Trimmed {
+            stream,
+            below,
+            keep,
+        } => {
+            let t = trims.entry(stream.clone()).or_default();
+            t.below = t.below.max(*below);
+            t.kept.extend(keep.iter().copied());
+        }
+        Change::Released { stream, ids } => {
+            if let Some(t) = trims.get_mut(stream) {
+                for id in ids {
+                    t.kept.remove(id);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Loads one stream's segments into the engine.
+fn load_stream(dir: &Path, stream: &str, engine: &mut Engine) -> BrokerResult<(Vec<Segment>, u64)> {
+    let mut names: Vec<(EntryId, PathBuf)> = Vec::new();
+    for item in fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
+        let item = item.map_err(|e| io_error(dir, e))?;
+        let name = item.file_name().to_string_lossy().into_owned();
+        match segment_first_id(&name) {
+            Some(first) => names.push((first, item.path())),
+            None => tracing::warn!(path = %item.path().display(), "not a segment file: ignored"),
+        }
+    }
+    names.sort();
+    let mut segments = Vec::with_capacity(names.len());
+    let mut last_id = EntryId::ZERO;
+    let mut count = 0;
+    for (first, path) in names {
+        let bytes = read_file(&path, format::SEGMENT_TAG)?;
+        let mut last = None;
+        let len = walk_frames(&path, &bytes, true, |kind, body| {
+            if kind != format::KIND_ENTRY {
+                return Err(format!("record kind {kind} in a segment, expected entries"));
+            }
+            let entry = format::read_entry(body)?;
+            if entry.id <= last_id || entry.id < first {
+                return Err(format!(
+                    "entry id {} does not follow {last_id} (segment starts at {first})",
+                    entry.id
+                ));
+            }
+            last_id = entry.id;
+            last = Some(entry.id);
+            count += 1;
+            engine.restore(Change::Appended {
+                stream: stream.to_owned(),
+                id: entry.id,
+                message: entry.message,
+                copy: entry.copy,
+            });
+            Ok(())
+        })?;
+        segments.push(Segment {
+            path,
+            first,
+            last,
+            bytes: len,
+        });
+    }
+    Ok((segments, count))
+}
+
+/// Opens (creating if needed) the file log in `dir`.
+pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> {
+    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    let lock = lock_dir(dir)?;
+    let streams_dir = dir.join("streams");
+    let state_dir = dir.join("state");
+    for d in [&streams_dir, &state_dir] {
+        fs::create_dir_all(d).map_err(|e| io_error(d, e))?;
+    }
+    sync_dir(dir)?;
+
+    let mut engine = Engine::new();
+    let mut streams = HashMap::new();
+    let mut entries = 0;
+    let mut stream_dirs: Vec<PathBuf> = fs::read_dir(&streams_dir)
+        .map_err(|e| io_error(&streams_dir, e))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    stream_dirs.sort();
+    for path in stream_dirs {
+        let dir_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let Some(stream) = stream_from_dir_name(&dir_name) else {
+            tracing::warn!(path = %path.display(), "not a stream directory: ignored");
+            continue;
+        };
+        let (segments, count) = load_stream(&path, &stream, &mut engine)?;
+        entries += count;
+        let active = match segments.last() {
+            Some(last) => Some(Arc::new(
+                OpenOptions::new()
+                    .append(true)
+                    .open(&last.path)
+                    .map_err(|e| io_error(&last.path, e))?,
+            )),
+            None => None,
+        };
+        streams.insert(
+            stream,
+            StreamFiles {
+                dir: path,
+                segments,
+                active,
+                trimmed_below: EntryId::ZERO,
+                kept: BTreeSet::new(),
+            },
+        );
+    }
+
+    // Group state: the newest snapshot, then its journal.
+    let mut generation = 0;
+    let mut old_files = Vec::new();
+    for item in fs::read_dir(&state_dir).map_err(|e| io_error(&state_dir, e))? {
+        let item = item.map_err(|e| io_error(&state_dir, e))?;
+        let name = item.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".tmp") {
+            old_files.push(item.path());
+        } else if let Some(g) = name
+            .strip_prefix("snapshot-")
+            .and_then(|n| n.strip_suffix(".bin"))
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            generation = generation.max(g);
+        }
+    }
+    let mut trims: HashMap<String, TrimState> = HashMap::new();
+    let snapshot = snapshot_path(&state_dir, generation);
+    let mut snapshot_bytes = 0;
+    if snapshot.exists() {
+        let bytes = read_file(&snapshot, format::SNAPSHOT_TAG)?;
+        snapshot_bytes = bytes.len() as u64;
+        let mut applied = 0u64;
+        let mut ended = None;
+        walk_frames(&snapshot, &bytes, false, |kind, body| {
+            match kind {
+                format::KIND_CHANGES => {
+                    for change in format::read_changes(body)? {
+                        track_trims(&mut trims, &change);
+                        engine.restore(change);
+                        applied += 1;
+                    }
+                }
+                format::KIND_SNAPSHOT_END => ended = Some(format::read_snapshot_end(body)?),
+                other => return Err(format!("record kind {other} in a snapshot")),
+            }
+            Ok(())
+        })?;
+        if ended != Some(applied) {
+            return Err(corrupt(
+                &snapshot,
+                snapshot_bytes,
+                format!("snapshot incomplete: {applied} changes read, end marker says {ended:?}"),
+            ));
+        }
+    }
+    let journal = journal_path(&state_dir, generation);
+    let journal_bytes = if journal.exists() {
+        let bytes = read_file(&journal, format::JOURNAL_TAG)?;
+        walk_frames(&journal, &bytes, true, |kind, body| {
+            if kind != format::KIND_CHANGES {
+                return Err(format!("record kind {kind} in a journal"));
+            }
+            for change in format::read_changes(body)? {
+                track_trims(&mut trims, &change);
+                engine.restore(change);
+            }
+            Ok(())
+        })?
+    } else {
+        create_with_header(&journal, &format::file_header(format::JOURNAL_TAG))?;
+        format::FILE_HEADER_LEN as u64
+    };
+    // Files of older generations (a compaction that crashed before its
+    // clean-up) and unfinished snapshots.
+    for item in fs::read_dir(&state_dir).map_err(|e| io_error(&state_dir, e))? {
+        let item = item.map_err(|e| io_error(&state_dir, e))?;
+        let path = item.path();
+        if path != journal && path != snapshot {
+            old_files.push(path);
+        }
+    }
+    for path in old_files {
+        tracing::info!(path = %path.display(), "removing a file left by an earlier compaction");
+        let _ = fs::remove_file(&path);
+    }
+
+    let report = engine.finish_restore();
+    for (stream, group, id) in &report.dangling {
+        tracing::warn!(
+            stream, group, %id,
+            "group state refers to an entry that never reached the disk (a publish cut short by a crash, never acknowledged): dropped"
+        );
+    }
+    for (stream, trim) in trims {
+        if let Some(files) = streams.get_mut(&stream) {
+            files.trimmed_below = trim.below;
+            files.kept = trim.kept;
+        }
+    }
+
+    let journal_file = OpenOptions::new()
+        .append(true)
+        .open(&journal)
+        .map_err(|e| io_error(&journal, e))?;
+    let syncer = Syncer::new(options.sync);
+    let mut store = Store {
+        dir: dir.to_owned(),
+        options,
+        streams,
+        journal: Journal {
+            path: journal,
+            file: Arc::new(journal_file),
+            generation,
+            bytes: journal_bytes,
+        },
+        snapshot_bytes,
+        syncer,
+        wants_compaction: Arc::new(AtomicBool::new(false)),
+        failed: None,
+        entry_buf: Vec::new(),
+        journal_buf: Vec::new(),
+        touched: Vec::new(),
+    };
+    let names: Vec<String> = store.streams.keys().cloned().collect();
+    for stream in names {
+        store.delete_dead_segments(&stream)?;
+    }
+    Ok(Opened {
+        engine,
+        store,
+        lock,
+        entries,
+    })
+}

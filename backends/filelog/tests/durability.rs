@@ -1,0 +1,401 @@
+//! The file log keeps everything across reopen, repairs torn tails, refuses
+//! damaged files and second owners, compacts its journal and applies
+//! retention.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ruststream_core::{
+    Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
+};
+use ruststream_filelog::{FileLogBroker, FileLogOptions, Retention};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ruststream-filelog-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn msg(text: &str) -> Message {
+    Message::new(text.as_bytes().to_vec()).with_header("k", text)
+}
+
+/// Everything a group shows, without idle times (the clock restarts).
+async fn observe(b: &FileLogBroker) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in ["jobs", "other"] {
+        out.push(format!("{:?}", b.stream_info(s).await.unwrap()));
+        out.push(format!(
+            "{:?}",
+            b.range(s, EntryId::ZERO, EntryId::MAX, 10_000)
+                .await
+                .unwrap()
+        ));
+        for g in ["g1", "g2"] {
+            out.push(format!("{:?}", b.group_info(s, g).await.ok()));
+            let pending = b
+                .pending(s, g, EntryId::ZERO, 10_000, None)
+                .await
+                .unwrap_or_default();
+            out.push(format!(
+                "{:?}",
+                pending
+                    .iter()
+                    .map(|p| (
+                        p.id,
+                        p.consumer.clone(),
+                        p.times_delivered,
+                        p.owed_in_ms.is_some()
+                    ))
+                    .collect::<Vec<_>>()
+            ));
+            out.push(format!(
+                "{:?}",
+                b.dead_letters(s, g, EntryId::ZERO, 10_000).await.ok()
+            ));
+        }
+    }
+    out
+}
+
+/// A workout touching every kind of state.
+async fn workout(b: &FileLogBroker) {
+    b.ensure_group("jobs", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b.ensure_group("other", "g1", StreamStart::New)
+        .await
+        .unwrap();
+    let ids = b
+        .publish_batch("jobs", (0..20).map(|i| msg(&format!("job-{i}"))).collect())
+        .await
+        .unwrap();
+    b.ensure_group("jobs", "g2", StreamStart::New)
+        .await
+        .unwrap();
+    b.publish("other", msg("x")).await.unwrap();
+    let read = |consumer, mode, count| ReadRequest::new("jobs", "g1", consumer, mode, count);
+    let got = b.read(read("c1", ReadMode::New, 8)).await.unwrap();
+    assert_eq!(got.deliveries.len(), 8);
+    b.ack("jobs", "g1", &ids[0..3]).await.unwrap();
+    b.retry(
+        "jobs",
+        "g1",
+        &ids[3..4],
+        Retry::After(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    b.retry("jobs", "g1", &ids[4..5], Retry::Copy)
+        .await
+        .unwrap();
+    b.dead_letter("jobs", "g1", &ids[5..6], "bad payload")
+        .await
+        .unwrap();
+    b.dead_letter("jobs", "g1", &ids[6..7], "to redrive")
+        .await
+        .unwrap();
+    b.redrive("jobs", "g1", &ids[6..7]).await.unwrap();
+    b.read(read("c2", ReadMode::New, 4)).await.unwrap();
+    let g2 = b
+        .read(ReadRequest::new("jobs", "g2", "c9", ReadMode::New, 5))
+        .await
+        .unwrap();
+    assert!(g2.deliveries.is_empty(), "g2 started at New");
+    b.publish("jobs", msg("late")).await.unwrap();
+    b.read(ReadRequest::new("jobs", "g2", "c9", ReadMode::New, 5))
+        .await
+        .unwrap();
+    b.trim("jobs", Trim::MaxLen(6)).await.unwrap();
+}
+
+#[tokio::test]
+async fn everything_survives_a_reopen() {
+    let dir = TempDir::new();
+    let before = {
+        let b = FileLogBroker::open(&dir.0).unwrap();
+        workout(&b).await;
+        observe(&b).await
+    };
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    assert_eq!(observe(&b).await, before);
+    // And it goes on from there: new ids after the old ones.
+    let id = b.publish("jobs", msg("after")).await.unwrap();
+    let info = b.stream_info("jobs").await.unwrap().unwrap();
+    assert_eq!(info.last_id, id);
+}
+
+#[tokio::test]
+async fn a_compacted_journal_reopens_to_the_same_state() {
+    let dir = TempDir::new();
+    let before = {
+        let b = FileLogBroker::open(&dir.0).unwrap();
+        workout(&b).await;
+        b.compact().unwrap();
+        b.ack("jobs", "g1", &[EntryId::new(1, 0)]).await.unwrap();
+        let state: Vec<_> = fs::read_dir(dir.0.join("state"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(state.len(), 2, "one snapshot and one journal: {state:?}");
+        observe(&b).await
+    };
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    assert_eq!(observe(&b).await, before);
+}
+
+#[tokio::test]
+async fn a_second_owner_is_refused_with_the_holders_pid() {
+    let dir = TempDir::new();
+    let _first = FileLogBroker::open(&dir.0).unwrap();
+    let err = FileLogBroker::open(&dir.0).unwrap_err();
+    assert!(matches!(err, BrokerError::InUse { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains(&std::process::id().to_string()), "{text}");
+    assert!(text.contains(&dir.0.display().to_string()), "{text}");
+}
+
+fn segments(dir: &Path, stream: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = fs::read_dir(dir.join("streams").join(stream))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    out.sort();
+    out
+}
+
+fn journal(dir: &Path) -> PathBuf {
+    fs::read_dir(dir.join("state"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".log"))
+        .unwrap()
+}
+
+async fn three_entries(dir: &Path) -> Vec<EntryId> {
+    let b = FileLogBroker::open(dir).unwrap();
+    b.ensure_group("jobs", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    let ids = b
+        .publish_batch("jobs", vec![msg("a"), msg("b"), msg("c")])
+        .await
+        .unwrap();
+    b.read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 2))
+        .await
+        .unwrap();
+    ids
+}
+
+#[tokio::test]
+async fn a_torn_tail_is_truncated_and_nothing_before_it_is_lost() {
+    let dir = TempDir::new();
+    let ids = three_entries(&dir.0).await;
+    for file in [segments(&dir.0, "jobs")[0].clone(), journal(&dir.0)] {
+        let len = fs::metadata(&file).unwrap().len();
+        // Half a record: the start of a frame, cut short.
+        let mut f = OpenOptions::new().append(true).open(&file).unwrap();
+        f.write_all(&[0xA5, 1, 200, 0, 0, 0, 1, 2]).unwrap();
+        drop(f);
+        let b = FileLogBroker::open(&dir.0).unwrap();
+        assert_eq!(
+            fs::metadata(&file).unwrap().len(),
+            len,
+            "{} truncated",
+            file.display()
+        );
+        let all = b
+            .range("jobs", EntryId::ZERO, EntryId::MAX, 10)
+            .await
+            .unwrap();
+        assert_eq!(all.iter().map(|e| e.id).collect::<Vec<_>>(), ids);
+        assert_eq!(b.group_info("jobs", "g1").await.unwrap().pending, 2);
+    }
+}
+
+#[tokio::test]
+async fn every_truncation_of_the_last_record_reopens_cleanly() {
+    let dir = TempDir::new();
+    let ids = three_entries(&dir.0).await;
+    let segment = segments(&dir.0, "jobs")[0].clone();
+    let whole = fs::read(&segment).unwrap();
+    // The last entry's record starts where a two-entry file would end.
+    let two = {
+        let other = TempDir::new();
+        let b = FileLogBroker::open(&other.0).unwrap();
+        b.publish_batch("jobs", vec![msg("a"), msg("b")])
+            .await
+            .unwrap();
+        drop(b);
+        fs::metadata(&segments(&other.0, "jobs")[0]).unwrap().len() as usize
+    };
+    for cut in two..whole.len() {
+        fs::write(&segment, &whole[..cut]).unwrap();
+        let b = FileLogBroker::open(&dir.0).unwrap();
+        let all = b
+            .range("jobs", EntryId::ZERO, EntryId::MAX, 10)
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 2, "cut at {cut}");
+        assert_eq!(all[1].id, ids[1]);
+        drop(b);
+        fs::write(&segment, &whole).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn damage_inside_a_file_is_an_error_naming_the_file_and_offset() {
+    let dir = TempDir::new();
+    three_entries(&dir.0).await;
+    for file in [segments(&dir.0, "jobs")[0].clone(), journal(&dir.0)] {
+        let whole = fs::read(&file).unwrap();
+        // Flip one bit in the first record's body: valid records follow.
+        let mut damaged = whole.clone();
+        damaged[8 + 12] ^= 0x10;
+        fs::write(&file, &damaged).unwrap();
+        let err = FileLogBroker::open(&dir.0).unwrap_err();
+        match &err {
+            BrokerError::Corrupt {
+                path,
+                offset,
+                detail,
+            } => {
+                assert_eq!(path, &file);
+                assert_eq!(*offset, 8, "the first record starts after the header");
+                assert!(detail.contains("checksum"), "{detail}");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains(&file.display().to_string()) && text.contains("offset 8"),
+            "{text}"
+        );
+        fs::write(&file, &whole).unwrap();
+        FileLogBroker::open(&dir.0).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn every_single_bit_flip_is_caught() {
+    let dir = TempDir::new();
+    three_entries(&dir.0).await;
+    let file = segments(&dir.0, "jobs")[0].clone();
+    let whole = fs::read(&file).unwrap();
+    for bit in 0..whole.len() * 8 {
+        let mut damaged = whole.clone();
+        damaged[bit / 8] ^= 1 << (bit % 8);
+        fs::write(&file, &damaged).unwrap();
+        match FileLogBroker::open(&dir.0) {
+            // A flip in the last record can look like a torn tail, which is
+            // truncated: then that entry is gone, never altered.
+            Ok(b) => {
+                let all = b
+                    .range("jobs", EntryId::ZERO, EntryId::MAX, 10)
+                    .await
+                    .unwrap();
+                assert!(all.len() < 3, "bit {bit} flipped went unnoticed");
+                for e in &all {
+                    assert_eq!(e.headers().get_str("k").unwrap().as_bytes(), e.payload());
+                }
+            }
+            Err(BrokerError::Corrupt { .. }) => {}
+            Err(other) => panic!("bit {bit}: unexpected {other:?}"),
+        }
+        fs::write(&file, &whole).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn retention_deletes_whole_segments_but_never_pending_or_dead_entries() {
+    let dir = TempDir::new();
+    let options = FileLogOptions {
+        segment_bytes: 1024,
+        retention: Retention {
+            max_bytes: Some(4096),
+            max_age: None,
+        },
+        ..FileLogOptions::default()
+    };
+    let b = FileLogBroker::open_with(&dir.0, options).unwrap();
+    b.ensure_group("jobs", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    let first = b.publish("jobs", msg(&"held".repeat(20))).await.unwrap();
+    let second = b.publish("jobs", msg(&"dead".repeat(20))).await.unwrap();
+    let got = b
+        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 2))
+        .await
+        .unwrap();
+    assert_eq!(got.deliveries.len(), 2);
+    b.dead_letter("jobs", "g1", &[second], "kept for inspection")
+        .await
+        .unwrap();
+    for i in 0..200 {
+        b.publish("jobs", msg(&format!("filler-{i:04}-{}", "x".repeat(40))))
+            .await
+            .unwrap();
+    }
+    let files = segments(&dir.0, "jobs");
+    let total: u64 = files.iter().map(|f| fs::metadata(f).unwrap().len()).sum();
+    assert!(files.len() >= 2);
+    // The segment holding the pending and dead entries stays, whatever its age.
+    assert!(
+        files[0]
+            .to_string_lossy()
+            .contains(&format!("{:020}", first.ms)),
+        "{files:?}"
+    );
+    // Everything else is within the limit (plus the pinned segment and
+    // the active one).
+    assert!(
+        total < 4096 + 3 * 1024 + 1024,
+        "{total} bytes in {} segments",
+        files.len()
+    );
+    let info = b.stream_info("jobs").await.unwrap().unwrap();
+    assert!(
+        info.length < 202,
+        "old entries were trimmed: {}",
+        info.length
+    );
+    assert_eq!(
+        b.dead_letters("jobs", "g1", EntryId::ZERO, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // Once settled, the pinned segment goes too.
+    b.ack("jobs", "g1", &[first]).await.unwrap();
+    b.discard("jobs", "g1", &[second]).await.unwrap();
+    b.enforce_retention().await.unwrap();
+    let after = segments(&dir.0, "jobs");
+    assert!(!after.contains(&files[0]), "{after:?}");
+    // And it all reopens.
+    let before = observe(&b).await;
+    drop(b);
+    let b = FileLogBroker::open_with(&dir.0, options).unwrap();
+    assert_eq!(observe(&b).await, before);
+}
