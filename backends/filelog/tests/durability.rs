@@ -399,3 +399,47 @@ async fn retention_deletes_whole_segments_but_never_pending_or_dead_entries() {
     let b = FileLogBroker::open_with(&dir.0, options).unwrap();
     assert_eq!(observe(&b).await, before);
 }
+
+#[tokio::test]
+async fn the_journal_is_compacted_on_its_own_as_it_grows() {
+    let dir = TempDir::new();
+    let options = FileLogOptions {
+        compact_journal_bytes: 4096,
+        ..FileLogOptions::default()
+    };
+    let before = {
+        let b = FileLogBroker::open_with(&dir.0, options).unwrap();
+        b.ensure_group("jobs", "g1", StreamStart::New)
+            .await
+            .unwrap();
+        for i in 0..200 {
+            let id = b.publish("jobs", msg(&format!("m{i}"))).await.unwrap();
+            b.read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1))
+                .await
+                .unwrap();
+            if i % 3 != 0 {
+                b.ack("jobs", "g1", &[id]).await.unwrap();
+            }
+        }
+        let journal_len = fs::metadata(journal(&dir.0)).unwrap().len();
+        assert!(
+            journal_len < 3 * 4096,
+            "journal not compacted: {journal_len} bytes"
+        );
+        let snapshots = fs::read_dir(dir.0.join("state"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("snapshot-")
+            })
+            .count();
+        assert_eq!(snapshots, 1);
+        observe(&b).await
+    };
+    let b = FileLogBroker::open_with(&dir.0, options).unwrap();
+    assert_eq!(observe(&b).await, before);
+    assert_eq!(b.group_info("jobs", "g1").await.unwrap().pending, 67);
+}
