@@ -44,14 +44,14 @@ pub enum Change {
         /// Its cursor at creation.
         cursor: EntryId,
     },
-    /// A group's state changed.
+    /// A group's state changed (the changes of one call, in order).
     Group {
         /// The stream.
         stream: String,
         /// The group.
         group: String,
-        /// What changed.
-        change: GroupChange,
+        /// What changed, in order.
+        changes: Vec<GroupChange>,
     },
     /// Entries below `below` were trimmed, except `keep`: entries a group
     /// still needed, which stay until settled.
@@ -157,6 +157,9 @@ impl GroupChange {
     }
 }
 
+/// Group changes per [`Change::Group`] in a snapshot.
+const SNAPSHOT_PIECE: usize = 4096;
+
 /// What [`Engine::finish_restore`] had to drop.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RestoreReport {
@@ -194,12 +197,12 @@ impl Engine {
                 out.extend(log.drain(..).map(|c| c.named(name)));
             }
             for (group, g) in &mut s.groups {
-                if let Some(log) = &mut g.log {
-                    out.extend(log.drain(..).map(|change| Change::Group {
+                if let Some(log) = g.log.as_mut().filter(|log| !log.is_empty()) {
+                    out.push(Change::Group {
                         stream: name.clone(),
                         group: group.clone(),
-                        change,
-                    }));
+                        changes: std::mem::take(log),
+                    });
                 }
             }
         }
@@ -223,27 +226,26 @@ impl Engine {
                     group: group.clone(),
                     cursor: g.cursor,
                 });
-                let mut push = |change| {
+                let consumers = g.consumers.iter().map(|c| GroupChange::Consumer {
+                    name: c.name.clone(),
+                });
+                let pending = g
+                    .pending
+                    .iter()
+                    .map(|(id, p)| GroupChange::of_pending(*id, p));
+                let dead = g.dead.iter().map(|(id, d)| GroupChange::Dead {
+                    id: *id,
+                    reason: d.reason.clone(),
+                    times_delivered: d.times_delivered,
+                    dead_at_ms: d.dead_at_ms,
+                });
+                let all: Vec<GroupChange> = consumers.chain(pending).chain(dead).collect();
+                // In pieces, so that no one record grows without bound.
+                for piece in all.chunks(SNAPSHOT_PIECE) {
                     out.push(Change::Group {
                         stream: name.clone(),
                         group: group.clone(),
-                        change,
-                    })
-                };
-                for c in &g.consumers {
-                    push(GroupChange::Consumer {
-                        name: c.name.clone(),
-                    });
-                }
-                for (id, p) in &g.pending {
-                    push(GroupChange::of_pending(*id, p));
-                }
-                for (id, d) in &g.dead {
-                    push(GroupChange::Dead {
-                        id: *id,
-                        reason: d.reason.clone(),
-                        times_delivered: d.times_delivered,
-                        dead_at_ms: d.dead_at_ms,
+                        changes: piece.to_vec(),
                     });
                 }
             }
@@ -311,7 +313,7 @@ impl Engine {
             Change::Group {
                 stream,
                 group,
-                change,
+                changes,
             } => {
                 let Some(g) = self
                     .streams
@@ -320,7 +322,9 @@ impl Engine {
                 else {
                     return;
                 };
-                g.apply(change);
+                for change in changes {
+                    g.apply(change);
+                }
             }
         }
     }

@@ -250,6 +250,10 @@ impl<'a> Reader<'a> {
         (0..n).map(|_| self.id(what)).collect()
     }
 
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
     pub(crate) fn finish(&self, what: &str) -> Result<(), String> {
         if self.at == self.bytes.len() {
             Ok(())
@@ -381,12 +385,16 @@ fn put_change(out: &mut Vec<u8>, change: &Change) -> Result<(), String> {
         Change::Group {
             stream,
             group,
-            change,
+            changes,
         } => {
             put_u8(out, C_GROUP);
             put_str(out, stream, "a stream name")?;
             put_str(out, group, "a group name")?;
-            put_group_change(out, change)
+            put_u32(out, u32::try_from(changes.len()).unwrap_or(u32::MAX));
+            for change in changes {
+                put_group_change(out, change)?;
+            }
+            Ok(())
         }
         Change::Trimmed {
             stream,
@@ -501,11 +509,24 @@ fn read_change(r: &mut Reader<'_>) -> Result<Change, String> {
             group: r.string("a group name")?,
             cursor: r.id("a cursor")?,
         },
-        C_GROUP => Change::Group {
-            stream: r.string("a stream name")?,
-            group: r.string("a group name")?,
-            change: read_group_change(r)?,
-        },
+        C_GROUP => {
+            let stream = r.string("a stream name")?;
+            let group = r.string("a group name")?;
+            let count = r.u32("the group change count")? as usize;
+            if count > r.remaining() {
+                return Err(format!(
+                    "group change count {count} does not fit the record"
+                ));
+            }
+            let changes = (0..count)
+                .map(|_| read_group_change(r))
+                .collect::<Result<_, _>>()?;
+            Change::Group {
+                stream,
+                group,
+                changes,
+            }
+        }
         C_TRIMMED => Change::Trimmed {
             stream: r.string("a stream name")?,
             below: r.id("a trim point")?,
@@ -604,7 +625,7 @@ mod tests {
         let g = |change| Change::Group {
             stream: "s".into(),
             group: "g".into(),
-            change,
+            changes: vec![change],
         };
         let changes = vec![
             Change::GroupCreated {

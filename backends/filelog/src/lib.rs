@@ -110,6 +110,10 @@ impl FileLogBroker {
             "file log opened"
         );
         let wants_compaction = Arc::clone(&opened.store.wants_compaction);
+        // A long journal slows every reopen: start from a fresh snapshot.
+        if opened.store.journal_outgrew_snapshot() {
+            wants_compaction.store(true, Ordering::Relaxed);
+        }
         let durability: Arc<dyn Durability> = opened.store.syncer.clone();
         let inner = LocalBroker::with_persistence(
             opened.engine,
@@ -117,7 +121,7 @@ impl FileLogBroker {
             Some(durability),
             Clock::new(),
         );
-        Ok(FileLogBroker {
+        let broker = FileLogBroker {
             inner,
             shared: Arc::new(Shared {
                 dir: dir.to_owned(),
@@ -125,7 +129,9 @@ impl FileLogBroker {
                 retention: options.retention != Retention::default(),
                 _lock: opened.lock,
             }),
-        })
+        };
+        broker.upkeep();
+        Ok(broker)
     }
 
     /// The directory it lives in.

@@ -415,6 +415,12 @@ impl Store {
         result.map_err(|e| self.fail(e))
     }
 
+    /// Whether replaying the journal costs enough, next to the snapshot, to
+    /// be worth a compaction now.
+    pub(crate) fn journal_outgrew_snapshot(&self) -> bool {
+        self.journal.bytes > (1 << 20).max(self.snapshot_bytes.saturating_mul(4))
+    }
+
     /// For each stream over its retention limits, the id to trim below:
     /// whole sealed segments that are too old or beyond the size limit.
     pub(crate) fn retention_targets(&self, now_ms: u64) -> Vec<(String, EntryId)> {
@@ -596,16 +602,26 @@ impl Syncer {
             };
             match job {
                 Some((files, target)) => {
-                    let result = match tokio::task::spawn_blocking(move || sync_files(&files)).await
-                    {
-                        Ok(result) => result,
-                        Err(e) => Err(std::io::Error::other(e.to_string())),
-                    };
+                    let result = sync_off_the_executor(files).await;
                     self.finish_sync(target, result);
                 }
                 None => notified.await,
             }
         }
+    }
+}
+
+/// Runs the fsyncs without stalling other tasks: in place on a
+/// multi-thread runtime (measured faster than a hop to the blocking pool),
+/// on the blocking pool on a current-thread one.
+async fn sync_off_the_executor(files: Vec<Arc<File>>) -> std::io::Result<()> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+        return tokio::task::block_in_place(|| sync_files(&files));
+    }
+    match tokio::task::spawn_blocking(move || sync_files(&files)).await {
+        Ok(result) => result,
+        Err(e) => Err(std::io::Error::other(e.to_string())),
     }
 }
 
