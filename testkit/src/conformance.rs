@@ -20,6 +20,22 @@
 //! a 30-second claim timeout takes microseconds. A broker whose idle times
 //! are measured elsewhere (a server) supplies an `advance` that waits in
 //! real time instead; the suite keeps its durations short for that reason.
+//!
+//! # Where a backend genuinely differs
+//!
+//! A few rules depend on what the backend can do, and a target says so
+//! explicitly rather than skipping tests:
+//!
+//! - [`Target::without_claiming_reads`]: the backend refuses
+//!   [`ReadMode::Claiming`] (Redis before 8.4). `check_mode` must then
+//!   return [`BrokerError::Unsupported`], and the tests read the way an app
+//!   on such a backend does: a `Reclaim` read, then a `New` read for the
+//!   room left.
+//! - [`Target::trim_drops_pending`]: trimming deletes entries a group still
+//!   has pending, owed or unread as retry copies (Redis trims what it is
+//!   told to). The tests then check that such entries are acked away rather
+//!   than retried forever, and that dead letters still redrive from the copy
+//!   of their fields the backend keeps.
 
 // Panicking is how a test reports failure; every unwrap below is a test
 // assertion about a broker call that must succeed.
@@ -44,6 +60,8 @@ pub struct Target {
     pub broker: Arc<dyn Broker>,
     advance: Advance,
     prefix: String,
+    claiming_reads: bool,
+    trim_keeps_pending: bool,
 }
 
 impl Target {
@@ -54,6 +72,8 @@ impl Target {
             broker,
             advance: Arc::new(|d| Box::pin(tokio::time::advance(d))),
             prefix: String::new(),
+            claiming_reads: true,
+            trim_keeps_pending: true,
         }
     }
 
@@ -65,7 +85,26 @@ impl Target {
             broker,
             advance: Arc::new(|d| Box::pin(tokio::time::sleep(d))),
             prefix: prefix.into(),
+            claiming_reads: true,
+            trim_keeps_pending: true,
         }
+    }
+
+    /// The backend cannot serve [`ReadMode::Claiming`] (Redis before 8.4):
+    /// `check_mode` must refuse it, and the tests read as an app there does,
+    /// a `Reclaim` read then a `New` read.
+    pub fn without_claiming_reads(mut self) -> Self {
+        self.claiming_reads = false;
+        self
+    }
+
+    /// Trimming deletes entries that groups still have pending, owed or
+    /// unread as retry copies (Redis). The trimming tests then check that
+    /// such entries are acked away, not retried forever, and that dead
+    /// letters still redrive.
+    pub fn trim_drops_pending(mut self) -> Self {
+        self.trim_keeps_pending = false;
+        self
     }
 
     /// Moves the broker's clock forward by `d`.
@@ -142,6 +181,7 @@ macro_rules! conformance_suite {
             a_blocking_read_wakes_when_an_entry_arrives,
             a_blocking_read_returns_an_empty_batch_after_its_block_time,
             an_unknown_group_is_a_clear_error,
+            check_mode_refuses_only_what_the_broker_cannot_serve,
         );
     };
     (@tests $paused:expr, $factory:path; $($name:ident),* $(,)?) => {
@@ -217,13 +257,42 @@ impl Target {
 
     async fn claiming(&self, stream: &str, consumer: &str, count: usize) -> ReadBatch {
         let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
-        self.read(stream, G, consumer, mode, count).await
+        self.claiming_read(ReadRequest::new(stream, G, consumer, mode, count))
+            .await
+    }
+
+    /// A claiming read, or on a backend without them what an app there
+    /// runs instead: a reclaim read, then a new read for the room left.
+    async fn claiming_read(&self, request: ReadRequest<'_>) -> ReadBatch {
+        if self.claiming_reads {
+            return self.broker.read(request).await.unwrap();
+        }
+        let ReadMode::Claiming { min_idle } = request.mode else {
+            return self.broker.read(request).await.unwrap();
+        };
+        let reclaim = ReadRequest {
+            mode: ReadMode::Reclaim { min_idle },
+            ..request
+        };
+        let mut batch = self.broker.read(reclaim).await.unwrap();
+        let room = request.count - batch.deliveries.len();
+        if room > 0 {
+            let new = ReadRequest {
+                mode: ReadMode::New,
+                count: room,
+                ..request
+            };
+            let more = self.broker.read(new).await.unwrap();
+            batch.deliveries.extend(more.deliveries);
+            batch.dead_lettered.extend(more.dead_lettered);
+        }
+        batch
     }
 
     async fn bounded_claim(&self, stream: &str, max_deliveries: u32) -> ReadBatch {
         let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
         let request = ReadRequest::new(stream, G, "w", mode, 10).max_deliveries(max_deliveries);
-        self.broker.read(request).await.unwrap()
+        self.claiming_read(request).await
     }
 
     async fn pending_count(&self, stream: &str) -> u64 {
@@ -728,25 +797,21 @@ pub async fn a_record_is_given_up_on_after_the_attempt_bound(t: Target) {
     let mut deliveries = 0;
     for _ in 0..3 {
         let batch = t
-            .broker
-            .read(ReadRequest {
+            .claiming_read(ReadRequest {
                 stream: &s,
                 ..bounded("w")
             })
-            .await
-            .unwrap();
+            .await;
         assert_eq!(ids(&batch), sent[..1]);
         deliveries += 1;
         t.advance(MIN_IDLE).await;
     }
     let batch = t
-        .broker
-        .read(ReadRequest {
+        .claiming_read(ReadRequest {
             stream: &s,
             ..bounded("w")
         })
-        .await
-        .unwrap();
+        .await;
     assert_eq!(
         batch.dead_lettered,
         sent[..1],
@@ -922,11 +987,28 @@ pub async fn dead_letters_and_pending_entries_survive_trimming(t: Target) {
     assert_eq!(dead[0].entry.payload(), b"dead");
     t.advance(MIN_IDLE).await;
     let claimed = t.claiming(&s, "c2", 1).await;
-    assert_eq!(
-        texts(&claimed),
-        ["held"],
-        "a pending entry outlives trimming"
-    );
+    if t.trim_keeps_pending {
+        assert_eq!(
+            texts(&claimed),
+            ["held"],
+            "a pending entry outlives trimming"
+        );
+    } else {
+        assert_eq!(
+            texts(&claimed),
+            ["y"],
+            "the trimmed pending entry is acked away, and the read moves on"
+        );
+        let pending = t
+            .broker
+            .pending(&s, G, EntryId::ZERO, 10, None)
+            .await
+            .unwrap();
+        assert!(
+            pending.iter().all(|p| p.id != got[1]),
+            "a trimmed pending entry is not retried forever: {pending:?}"
+        );
+    }
     t.broker.redrive(&s, G, &got[..1]).await.unwrap();
     let again = t.claiming(&s, "c2", 1).await;
     assert_eq!(
@@ -947,12 +1029,17 @@ pub async fn a_retry_copy_survives_trimming_until_read(t: Target) {
     t.publish_all(&s, &["b", "c"]).await;
     t.broker.trim(&s, Trim::MaxLen(1)).await.unwrap();
     let next = t.read_new(&s, "c1", 10).await;
-    assert_eq!(
-        texts(&next),
-        ["a", "c"],
-        "the copy survived; b was trimmed unread"
-    );
-    assert_eq!(counts(&next), [1, 0]);
+    if t.trim_keeps_pending {
+        assert_eq!(
+            texts(&next),
+            ["a", "c"],
+            "the copy survived; b was trimmed unread"
+        );
+        assert_eq!(counts(&next), [1, 0]);
+    } else {
+        assert_eq!(texts(&next), ["c"], "the copy was trimmed with b");
+        assert_eq!(counts(&next), [0]);
+    }
 }
 
 // ---- rule 9: group info -------------------------------------------------------------------
@@ -1073,4 +1160,33 @@ pub async fn an_unknown_group_is_a_clear_error(t: Target) {
             .await,
         Err(BrokerError::NoGroup { .. })
     ));
+}
+
+/// `check_mode` accepts every read mode the broker serves and refuses, with
+/// `Unsupported`, the ones it does not (before an app reads anything).
+pub async fn check_mode_refuses_only_what_the_broker_cannot_serve(t: Target) {
+    let modes = [
+        ReadMode::New,
+        ReadMode::Reclaim { min_idle: MIN_IDLE },
+        ReadMode::OwnPending {
+            after: EntryId::ZERO,
+        },
+    ];
+    for mode in modes {
+        t.broker.check_mode(mode).await.unwrap();
+    }
+    let claiming = t
+        .broker
+        .check_mode(ReadMode::Claiming { min_idle: MIN_IDLE })
+        .await;
+    if t.claiming_reads {
+        claiming.unwrap();
+    } else {
+        match claiming {
+            Err(BrokerError::Unsupported { detail, .. }) => {
+                assert!(!detail.is_empty());
+            }
+            other => panic!("expected Unsupported for a claiming read, got {other:?}"),
+        }
+    }
 }

@@ -1,0 +1,171 @@
+//! The Redis Streams broker: ruststream's consumer groups on a Redis
+//! server, shared by every machine that runs the service.
+//!
+//! ```no_run
+//! use ruststream_core::{Broker, Message, ReadMode, ReadRequest, StreamStart};
+//! use ruststream_redis::RedisBroker;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ruststream_core::BrokerError> {
+//! // Nothing connects yet: the first call does.
+//! let broker = RedisBroker::standalone("redis://127.0.0.1:6379");
+//! broker.ensure_group("jobs", "workers", StreamStart::New).await?;
+//! let id = broker.publish("jobs", Message::new(br#"{"n":1}"#.to_vec())).await?;
+//! let batch = broker
+//!     .read(ReadRequest::new("jobs", "workers", "w1", ReadMode::New, 100))
+//!     .await?;
+//! broker.ack("jobs", "workers", &[id]).await?;
+//! # let _ = batch; Ok(()) }
+//! ```
+//!
+//! # The client
+//!
+//! The broker uses the [`redis`](https://docs.rs/redis) crate (redis-rs)
+//! on tokio rather than `fred`. Both are maintained and both pipeline;
+//! redis-rs is the one the Redis project itself maintains, it is the most
+//! used Rust client (so the one a reader of this code knows), it tracks new
+//! server features (it already speaks 8.4's `XREADGROUP ... CLAIM`), and
+//! its `ConnectionManager` reconnects a multiplexed connection in the
+//! background, which is all the resilience this broker needs. Its cluster
+//! support is there too, behind a feature this crate does not enable yet
+//! (see *Cluster* below).
+//!
+//! Connections:
+//!
+//! - One multiplexed connection (a `ConnectionManager`) carries every
+//!   command, pipelined: concurrent calls share it without waiting for each
+//!   other. It is made on first use, never at construction: an app is built
+//!   before its runtime starts, and the testkit swaps brokers out.
+//! - Blocking waits get connections of their own (pooled, one per waiting
+//!   reader), so a reader blocked for seconds never holds up an ack.
+//!
+//! # Field layout
+//!
+//! An entry's fields, readable and writable by any client (`redis-cli`,
+//! redis-py):
+//!
+//! | field | holds |
+//! |---|---|
+//! | `payload` | the payload bytes (ruststream writes JSON here) |
+//! | `h:<name>` | header `<name>`, in the order the headers were set |
+//! | `rs:group`, `rs:count` | on a retry copy only, first: the group it is for and the deliveries of its original |
+//!
+//! `XADD payments * payload '{"id":1,"account":"a","amount_cents":5}'`
+//! makes an entry a ruststream subscriber consumes as is (no headers). A
+//! field without the `h:` prefix that is not `payload` and not `rs:...` is
+//! read as a header under its own name, so `XADD s * payload .. tenant acme`
+//! carries the header `tenant`. An entry without `payload` has an empty
+//! payload (which a JSON subscriber dead-letters as undecodable).
+//!
+//! Beside each stream `S`, for each group `G`, ruststream keeps (all with
+//! the hash tag `{S}`):
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `rs:{S}:due:G` | sorted set | owed entry ids, scored by due time (server ms) |
+//! | `rs:{S}:owed:G` | hash | owed entry id -> `"<times delivered> <owed since ms>"` |
+//! | `rs:{S}:dead:G` | stream | one entry per dead letter: `rs:id`, `rs:reason`, `rs:times_delivered`, `rs:dead_at`, then the entry's own fields |
+//! | `rs:{S}:dead-index:G` | sorted set | `<zero-padded id>:<dead-letter entry id>`, for lookups and listing in id order |
+//! | `rs:{S}:wake:G` | stream | one entry, appended to when entries become owed, to wake blocked readers |
+//!
+//! `XRANGE rs:{payments}:dead:ledger - +` lists a group's dead letters
+//! with their reasons and payloads.
+//!
+//! # How it maps onto Redis
+//!
+//! | call | Redis |
+//! |---|---|
+//! | publish | one pipelined `XADD` per message, one round trip per batch |
+//! | ensure group | `XGROUP CREATE ... MKSTREAM` (`$`, `0` or an id); `BUSYGROUP` means it exists |
+//! | start at | `XGROUP SETID` |
+//! | read `New` | `XREADGROUP ... >` |
+//! | read `Reclaim` | `XAUTOCLAIM` from a cursor kept per consumer |
+//! | read `Claiming` | `XREADGROUP ... CLAIM min_idle ... >` (Redis 8.4 and later) |
+//! | read `OwnPending` | `XREADGROUP ... <id>` |
+//! | ack | `XACK` of the whole batch |
+//! | retry with copy | `XADD` of the copy and `XACK` of the original, in one script |
+//! | retry after a delay, nack | `XACK` and an entry in the due set, in one script |
+//! | dead letter, redrive, discard | scripts over the dead-letter stream and index |
+//! | group info | `XINFO GROUPS` (lag, pending, consumers, cursor) |
+//! | consumers, pending | `XINFO CONSUMERS`, `XPENDING` plus the due set |
+//!
+//! Reads. A `New` read, the hot path, is one round trip of plain commands:
+//! `TIME`, the due set's first score, the wake stream's last id, and
+//! `XREADGROUP ... >`. Entries never pass through Lua, which would cost
+//! more server time than the read itself. Only when that round trip shows
+//! owed entries due, or finds retry copies, is a script run after it: the
+//! owed entries are handed out first (and new entries read beyond the
+//! request's count handed back, owed at once, as if never read); copies
+//! meant for other groups are acked for this one; the group's own copies get
+//! their pending records counted across copies, or are dead-lettered at the
+//! attempt bound. Every other mode is one Lua script (`EVALSHA`) doing all of
+//! that and the mode's own read atomically: `XAUTOCLAIM` (entries reported
+//! trimmed while pending are acked away and logged, not retried forever),
+//! `XREADGROUP ... CLAIM`, or `XREADGROUP ... <id>`.
+//!
+//! A blocking read that finds nothing waits with `XREAD BLOCK` on the stream
+//! (after the group's cursor) and on the group's wake stream, on its own
+//! connection, and reads again when either moves, when the next owed entry
+//! falls due, or (claiming, reclaim) when an entry may have become idle
+//! enough. `XREAD` delivers nothing to the group, so a wait abandoned
+//! half-way (the runtime shutting down) loses nothing.
+//!
+//! Delivery counts: Redis counts a delivery as it happens (`times_delivered`
+//! is 1 after the first), ruststream's [`Delivery::delivery_count`](ruststream_core::Delivery::delivery_count) counts
+//! the deliveries *before* this one, so it is Redis's count minus one. A
+//! retry copy's pending record is set to its original's count plus one when
+//! its group first reads it, so `XPENDING` and claims count across copies.
+//! (On the `New` path that takes a second round trip: a worker killed
+//! between the two leaves that copy counting from 1 on its next claim.)
+//!
+//! # Where Redis differs from the local brokers
+//!
+//! The conformance suite in `ruststream-testkit` runs against a real server
+//! and encodes each of these explicitly (see `Target` there):
+//!
+//! - **Owed entries leave the pending list.** The engine re-times an entry
+//!   in place; here `retry_after(d)` and a nack ack the entry and put its id
+//!   in the group's due set (with its delivery count), and a read puts it
+//!   back under the reader with `XCLAIM ... FORCE`, under its own id, before
+//!   anything else. While owed, `XPENDING` does not show it (the broker's
+//!   `pending()` does, held by nobody) and no idle claim can take it early.
+//! - **Trimming deletes what groups still need.** Redis trims entries that
+//!   are pending, owed or unread retry copies; a claim then finds them gone,
+//!   acks them away and logs their ids. Dead letters keep a copy of their
+//!   fields, so a redrive after trimming appends the entry again (as a retry
+//!   copy for the group, delivered behind newer entries).
+//! - **`Claiming` needs Redis 8.4.** On an older server
+//!   [`Broker::check_mode`](ruststream_core::Broker::check_mode) refuses it, naming the server's version, so an
+//!   app with a `claiming` subscription does not start; use `new` plus
+//!   `reclaim` on the same group there.
+//! - **Lag counts copies for other groups.** `XINFO GROUPS` counts every
+//!   entry past the cursor, including retry copies another group appended
+//!   (which this group will pass over); the engine leaves those out.
+//! - **Moving a cursor back** re-delivers entries the group still has
+//!   pending (Redis reassigns them to the reader with a count of 1); the
+//!   engine passes over them.
+//! - **Acking an unknown group** returns 0 (`XACK` does), where the local
+//!   brokers say `NoGroup`.
+//! - **A read abandoned in flight** (its future dropped after the request
+//!   left, as at shutdown) may have delivered entries nobody receives: they
+//!   stay pending under the consumer until a `reclaim`/`claiming` read takes
+//!   them over or the consumer re-reads its own pending list. Blocking
+//!   waits are safe to abandon (`XREAD` delivers nothing).
+//! - **Idle claims are polled.** A blocking claiming or reclaim read checks
+//!   for entries that reached `min_idle` every quarter of `min_idle` (at
+//!   most every second), where the engine wakes at the exact moment.
+//!
+//! # Cluster
+//!
+//! Only a standalone server (or a sentinel-managed primary behind a stable
+//! URL) is supported for now. The key layout is cluster-ready (every key a
+//! script touches carries the stream's hash tag), so cluster support is a
+//! matter of using redis-rs's cluster connection, once it is needed.
+
+#![forbid(unsafe_code)]
+
+mod broker;
+mod codec;
+mod error;
+mod scripts;
+
+pub use broker::{RedisBroker, RedisConfig};

@@ -1,0 +1,61 @@
+-- What a plain `XREADGROUP ... >` (the hot path of a `new` read, sent
+-- right behind the owed-entries script) leaves to do, for the few entries
+-- that need it. The caller found these in the reply:
+--
+-- ack:  retry copies for other groups, which this group passes over;
+-- fix:  this group's own retry copies: their pending records are set to
+--       count the original's deliveries too (id, count carried);
+-- dead: own copies that reached the attempt bound (id, count carried);
+-- back: entries read beyond the request's count (owed entries took the
+--       room): handed back, owed at once, as if never read.
+--
+-- KEYS: 1 stream, 2 due, 3 owed, 4 dead, 5 dead index, 6 wake.
+-- ARGV: 1 group, 2 consumer, 3 max deliveries, then the sections, each
+--       a name, a length n, and n items (ids; for fix and dead, id then count).
+-- Reply: how many entries were handed back.
+local S, DUE, OWED, DEAD, DIX, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local G, C, MAX = ARGV[1], ARGV[2], tonumber(ARGV[3])
+check_group(S, G)
+local now = now_ms()
+local sections = {}
+local i = 4
+while i <= #ARGV do
+  local name, n = ARGV[i], tonumber(ARGV[i + 1])
+  local items = {}
+  for j = 1, n do
+    items[j] = ARGV[i + 1 + j]
+  end
+  sections[name] = items
+  i = i + 2 + n
+end
+
+local ack = sections['ack'] or {}
+if #ack > 0 then
+  redis.call('XACK', S, G, unpack(ack))
+end
+local fix = sections['fix'] or {}
+for j = 1, #fix, 2 do
+  redis.call('XCLAIM', S, G, C, 0, fix[j], 'RETRYCOUNT', tonumber(fix[j + 1]) + 1, 'JUSTID')
+end
+local dead = sections['dead'] or {}
+for j = 1, #dead, 2 do
+  local id, times = dead[j], tonumber(dead[j + 1])
+  local e = redis.call('XRANGE', S, id, id)
+  redis.call('XACK', S, G, id)
+  bury(DEAD, DIX, id, e[1] and e[1][2] or false, max_reason(times, MAX), times, now)
+end
+local back = sections['back'] or {}
+local n = 0
+for _, id in ipairs(back) do
+  local p = redis.call('XPENDING', S, G, id, id, 1)
+  if p[1] then
+    redis.call('XACK', S, G, id)
+    redis.call('ZADD', DUE, now, id)
+    redis.call('HSET', OWED, id, math.max(0, p[1][4] - 1) .. ' ' .. now)
+    n = n + 1
+  end
+end
+if n > 0 then
+  wake(WAKE, now)
+end
+return n

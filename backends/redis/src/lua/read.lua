@@ -1,0 +1,243 @@
+-- A read from a consumer group, atomically: owed entries first, then the
+-- mode's own entries, with retry copies, attempt bounds and trimmed entries
+-- handled on the server so that the caller only sees deliveries.
+--
+-- KEYS: 1 stream, 2 due (zset), 3 owed (hash), 4 dead (stream),
+--       5 dead index (zset), 6 wake (stream)
+-- ARGV: 1 group, 2 consumer, 3 mode (new | claiming | reclaim | own |
+--       owed: the owed entries only, the caller then reads new entries
+--       itself with a plain XREADGROUP, pipelined right behind),
+--       4 count, 5 min idle ms, 6 max deliveries (0: unbounded),
+--       7 position (own: read after this id; reclaim: XAUTOCLAIM cursor),
+--       8.. (claiming) the XREADGROUP ... CLAIM command to run
+--
+-- Reply: { deliveries, dead-lettered ids, dropped ids, meta } where a
+-- delivery is { id, fields, delivery count, idle ms } and meta is
+-- { now, next due (-1: none), stream's last id, wake's last id, cursor }.
+-- The last ids are only filled in when nothing was delivered (the caller
+-- then blocks on them).
+
+local S, DUE, OWED, DEAD, DIX, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local G, C, MODE = ARGV[1], ARGV[2], ARGV[3]
+local COUNT = tonumber(ARGV[4])
+local MIN_IDLE = ARGV[5]
+local MAX = tonumber(ARGV[6])
+local POS = ARGV[7]
+local now = now_ms()
+
+local out, dead, dropped, foreign = {}, {}, {}, {}
+
+-- NOGROUP before anything changes (a script is not rolled back on error).
+-- The owed-only read needs no check: it changes nothing before its XCLAIM,
+-- and the XREADGROUP pipelined behind it says NOGROUP.
+if MODE ~= 'owed' then
+  check_group(S, G)
+end
+
+local function over(times)
+  return MAX > 0 and times >= MAX
+end
+
+local function give_up(id, fields, times)
+  bury(DEAD, DIX, id, fields, max_reason(times, MAX), times, now)
+  dead[#dead + 1] = id
+end
+
+-- An entry that was pending (claimed, re-read): hand it out, or drop it if
+-- it was trimmed away, or dead-letter it if it reached the bound.
+local function redeliver(id, fields, times, idle)
+  if not fields then
+    redis.call('XACK', S, G, id)
+    dropped[#dropped + 1] = id
+  elseif copy_group(fields) and copy_group(fields) ~= G then
+    foreign[#foreign + 1] = id
+  elseif over(times) then
+    redis.call('XACK', S, G, id)
+    give_up(id, fields, times)
+  else
+    out[#out + 1] = { id, fields, times, idle }
+  end
+end
+
+-- An entry read past the group's cursor.
+local function deliver_new(id, fields)
+  local group = copy_group(fields)
+  if group == nil then
+    out[#out + 1] = { id, fields, 0, 0 }
+    return
+  end
+  if group ~= G then
+    foreign[#foreign + 1] = id
+    return
+  end
+  local times = carried(fields)
+  if over(times) then
+    redis.call('XACK', S, G, id)
+    give_up(id, fields, times)
+    return
+  end
+  if times > 0 then
+    -- The group's own retry copy: its pending record counts the deliveries
+    -- of the original too, so claims and XPENDING see the whole history.
+    redis.call('XCLAIM', S, G, C, 0, id, 'RETRYCOUNT', times + 1, 'JUSTID')
+  end
+  out[#out + 1] = { id, fields, times, 0 }
+end
+
+-- Entries past the cursor until `COUNT` deliveries or the end of the stream
+-- (copies for other groups take no room).
+local function read_new()
+  for _ = 1, 16 do
+    local room = COUNT - #out
+    if room <= 0 then
+      return
+    end
+    local reply = redis.call('XREADGROUP', 'GROUP', G, C, 'COUNT', room, 'STREAMS', S, '>')
+    if not reply then
+      return
+    end
+    local entries = reply[1][2]
+    for _, e in ipairs(entries) do
+      deliver_new(e[1], e[2])
+    end
+    if #entries < room then
+      return
+    end
+  end
+end
+
+-- 1. Owed entries: delayed retries now due, nacks, redrives. They left the
+--    pending list when they became owed (so no claim could take them
+--    early); XCLAIM ... FORCE puts each back under the reader, same id.
+if MODE ~= 'own' then
+  local due = redis.call('ZRANGEBYSCORE', DUE, '-inf', now, 'LIMIT', 0, COUNT)
+  for _, id in ipairs(due) do
+    local times, since = owed_record(OWED, id)
+    times = times or 0
+    since = since or now
+    if over(times) then
+      local e = redis.call('XRANGE', S, id, id)
+      give_up(id, e[1] and e[1][2] or false, times)
+    else
+      local got = redis.call('XCLAIM', S, G, C, 0, id, 'FORCE', 'RETRYCOUNT', times + 1)
+      if got[1] and got[1][2] then
+        out[#out + 1] = { id, got[1][2], times, now - since }
+      else
+        dropped[#dropped + 1] = id
+      end
+    end
+    redis.call('ZREM', DUE, id)
+    redis.call('HDEL', OWED, id)
+  end
+end
+
+local cursor = POS
+
+-- 2. The mode's own entries.
+if MODE == 'new' then
+  read_new()
+elseif MODE == 'reclaim' then
+  -- XAUTOCLAIM from the consumer's cursor; XPENDING over the same window
+  -- first (XAUTOCLAIM looks at most 10 x COUNT entries) for the idle times
+  -- and delivery counts the claim is about to reset and bump.
+  local wrapped = (cursor == '0-0')
+  for _ = 1, 3 do
+    local room = COUNT - #out
+    if room <= 0 then
+      break
+    end
+    local meta = {}
+    for _, p in ipairs(redis.call('XPENDING', S, G, cursor, '+', room * 10)) do
+      meta[p[1]] = p
+    end
+    local r = redis.call('XAUTOCLAIM', S, G, C, MIN_IDLE, cursor, 'COUNT', room)
+    for _, e in ipairs(r[2]) do
+      if e then
+        local m = meta[e[1]]
+        local times = m and m[4] or 1
+        local idle = m and m[3] or 0
+        redeliver(e[1], e[2], times, idle)
+      end
+    end
+    -- Entries trimmed from the stream while pending: Redis 7 drops them
+    -- from the pending list as it reports them; ack them for older ones.
+    for _, id in ipairs(r[3] or {}) do
+      redis.call('XACK', S, G, id)
+      dropped[#dropped + 1] = id
+    end
+    cursor = r[1]
+    if cursor == '0-0' then
+      if wrapped then
+        break
+      end
+      wrapped = true
+    end
+  end
+elseif MODE == 'claiming' then
+  -- ARGV 8.. is the XREADGROUP ... CLAIM command, built by the caller; its
+  -- COUNT becomes the room left after the owed entries.
+  local room = COUNT - #out
+  if room > 0 then
+    local cmd = {}
+    for i = 8, #ARGV do
+      cmd[#cmd + 1] = ARGV[i]
+    end
+    for i = 5, #cmd - 1 do
+      if cmd[i] == 'COUNT' then
+        cmd[i + 1] = tostring(room)
+        break
+      end
+    end
+    for _, e in ipairs(claim_reply_entries(redis.call(unpack(cmd)))) do
+      local id, fields, idle, previously = e[1], e[2], e[3], e[4]
+      if previously > 0 then
+        -- Claimed: its pending record already counts this delivery.
+        local p = redis.call('XPENDING', S, G, id, id, 1)
+        local times = p[1] and (p[1][4] - 1) or previously
+        redeliver(id, fields, times, idle)
+      elseif fields then
+        deliver_new(id, fields)
+      end
+    end
+    if #out < COUNT then
+      read_new()
+    end
+  end
+elseif MODE == 'own' then
+  local meta = {}
+  for _, p in ipairs(redis.call('XPENDING', S, G, '(' .. POS, '+', COUNT, C)) do
+    meta[p[1]] = p
+  end
+  local reply = redis.call('XREADGROUP', 'GROUP', G, C, 'COUNT', COUNT, 'STREAMS', S, POS)
+  if reply then
+    for _, e in ipairs(reply[1][2]) do
+      local m = meta[e[1]]
+      local times = m and m[4] or 1
+      local idle = m and m[3] or 0
+      redeliver(e[1], e[2], times, idle)
+    end
+  end
+end
+
+if #foreign > 0 then
+  redis.call('XACK', S, G, unpack(foreign))
+end
+
+-- 3. What a blocking caller waits on when nothing was delivered: the wake
+--    stream's last id, and (but for the owed-only read, whose caller asks
+--    for the group's cursor instead) the stream's.
+local next_due, stream_last, wake_last = -1, '', ''
+if #out == 0 then
+  local first = redis.call('ZRANGE', DUE, 0, 0, 'WITHSCORES')
+  if first[2] then
+    next_due = tonumber(first[2])
+  end
+  if MODE ~= 'owed' then
+    local last = redis.call('XREVRANGE', S, '+', '-', 'COUNT', 1)
+    stream_last = last[1] and last[1][1] or '0-0'
+  end
+  local w = redis.call('XREVRANGE', WAKE, '+', '-', 'COUNT', 1)
+  wake_last = w[1] and w[1][1] or '0-0'
+end
+
+return { out, dead, dropped, { now, next_due, stream_last, wake_last, cursor } }

@@ -1,0 +1,541 @@
+//! Redis-specific behaviour of the broker, against a real server: the field
+//! layout as other clients see it, the version gate for claiming reads,
+//! lazy connection, reconnecting, and the keys kept beside a stream.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use redis::Value;
+use ruststream_core::{
+    Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart,
+};
+use ruststream_redis::RedisBroker;
+use support::{kill_clients_of_db, raw, unique, url, url_db};
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn fields_of(entry: &Value) -> Vec<String> {
+    match entry {
+        Value::Array(parts) => match &parts[1] {
+            Value::Array(f) => f.iter().map(text).collect(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn entries_use_the_documented_fields_both_ways() {
+    let broker = RedisBroker::standalone(url());
+    let s = unique("layout");
+    broker
+        .ensure_group(&s, "g", StreamStart::New)
+        .await
+        .unwrap();
+    let sent = Message::new(br#"{"id":1}"#.to_vec())
+        .with_header("tenant", "acme")
+        .with_header("trace", "t-1");
+    let id = broker.publish(&s, sent).await.unwrap();
+
+    // What redis-cli / redis-py see.
+    let mut cli = raw(0).await;
+    let range: Value = redis::cmd("XRANGE")
+        .arg(&s)
+        .arg(id.to_string())
+        .arg(id.to_string())
+        .query_async(&mut cli)
+        .await
+        .unwrap();
+    let Value::Array(entries) = range else {
+        panic!()
+    };
+    assert_eq!(
+        fields_of(&entries[0]),
+        [
+            "payload",
+            r#"{"id":1}"#,
+            "h:tenant",
+            "acme",
+            "h:trace",
+            "t-1"
+        ]
+    );
+
+    // What another client writes, ruststream consumes.
+    let plain: String = redis::cmd("XADD")
+        .arg(&s)
+        .arg("*")
+        .arg("payload")
+        .arg(r#"{"id":2}"#)
+        .query_async(&mut cli)
+        .await
+        .unwrap();
+    let batch = broker
+        .read(ReadRequest::new(&s, "g", "c", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert_eq!(batch.deliveries.len(), 2);
+    let second = &batch.deliveries[1];
+    assert_eq!(second.id().to_string(), plain);
+    assert_eq!(second.entry.payload(), br#"{"id":2}"#);
+    assert!(second.entry.headers().is_empty());
+    assert_eq!(
+        batch.deliveries[0].entry.headers().get_str("tenant"),
+        Some("acme")
+    );
+}
+
+#[tokio::test]
+async fn retry_copies_and_dead_letters_are_readable_by_other_clients() {
+    let broker = RedisBroker::standalone(url());
+    let s = unique("copies");
+    broker
+        .ensure_group(&s, "ledger", StreamStart::New)
+        .await
+        .unwrap();
+    broker
+        .publish(&s, Message::new(b"p".to_vec()))
+        .await
+        .unwrap();
+    let first = broker
+        .read(ReadRequest::new(&s, "ledger", "c", ReadMode::New, 10))
+        .await
+        .unwrap();
+    let ids: Vec<EntryId> = first.deliveries.iter().map(|d| d.id()).collect();
+    broker.retry(&s, "ledger", &ids, Retry::Copy).await.unwrap();
+
+    let mut cli = raw(0).await;
+    let range: Value = redis::cmd("XRANGE")
+        .arg(&s)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut cli)
+        .await
+        .unwrap();
+    let Value::Array(entries) = range else {
+        panic!()
+    };
+    assert_eq!(
+        fields_of(&entries[1]),
+        ["rs:group", "ledger", "rs:count", "1", "payload", "p"],
+        "a copy names its group and carries the count, first"
+    );
+    // The copy's pending record counts across copies once read.
+    let copy = broker
+        .read(ReadRequest::new(&s, "ledger", "c", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert_eq!(copy.deliveries[0].delivery_count, 1);
+    let pending: Value = redis::cmd("XPENDING")
+        .arg(&s)
+        .arg("ledger")
+        .arg("-")
+        .arg("+")
+        .arg(10)
+        .query_async(&mut cli)
+        .await
+        .unwrap();
+    let Value::Array(rows) = pending else {
+        panic!()
+    };
+    let Value::Array(row) = &rows[0] else {
+        panic!()
+    };
+    assert_eq!(
+        row[3],
+        Value::Int(2),
+        "XPENDING counts the original's delivery"
+    );
+
+    let copy_id = copy.deliveries[0].id();
+    broker
+        .dead_letter(&s, "ledger", &[copy_id], "cannot post")
+        .await
+        .unwrap();
+    let dead_key = format!("rs:{{{s}}}:dead:ledger");
+    let dead: Value = redis::cmd("XRANGE")
+        .arg(&dead_key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut cli)
+        .await
+        .unwrap();
+    let Value::Array(dead) = dead else { panic!() };
+    let f = fields_of(&dead[0]);
+    assert_eq!(
+        &f[..6],
+        [
+            "rs:id",
+            &copy_id.to_string(),
+            "rs:reason",
+            "cannot post",
+            "rs:times_delivered",
+            "2"
+        ]
+    );
+    assert!(f.contains(&"payload".to_owned()));
+}
+
+#[tokio::test]
+async fn claiming_reads_are_refused_before_redis_8_4_naming_both_versions() {
+    let broker = RedisBroker::standalone(url());
+    let mut cli = raw(0).await;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut cli)
+        .await
+        .unwrap();
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let major_minor: Vec<u32> = version
+        .split('.')
+        .take(2)
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let result = broker
+        .check_mode(ReadMode::Claiming {
+            min_idle: Duration::from_secs(30),
+        })
+        .await;
+    if (major_minor[0], major_minor[1]) >= (8, 4) {
+        result.unwrap();
+        return;
+    }
+    let err = result.unwrap_err();
+    let BrokerError::Unsupported { detail, .. } = &err else {
+        panic!("expected Unsupported, got {err:?}")
+    };
+    assert!(
+        detail.contains(&version),
+        "names the server's version: {detail}"
+    );
+    assert!(detail.contains("8.4"), "names the version needed: {detail}");
+    assert!(
+        detail.contains("RedisStream::new") && detail.contains("reclaim"),
+        "suggests new + reclaim: {detail}"
+    );
+    // The read itself is refused the same way, before touching the group.
+    let s = unique("claiming");
+    let read = broker
+        .read(ReadRequest::new(
+            &s,
+            "g",
+            "c",
+            ReadMode::Claiming {
+                min_idle: Duration::from_secs(30),
+            },
+            1,
+        ))
+        .await;
+    assert!(matches!(read, Err(BrokerError::Unsupported { .. })));
+    for mode in [
+        ReadMode::New,
+        ReadMode::Reclaim {
+            min_idle: Duration::from_secs(1),
+        },
+    ] {
+        broker.check_mode(mode).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_transient_error_naming_the_url() {
+    // Port 1: nothing listens there. Building the broker must not connect.
+    let broker = RedisBroker::standalone("redis://app:s3cret@127.0.0.1:1/0");
+    let err = broker
+        .ensure_group("jobs", "workers", StreamStart::New)
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("redis://app:***@127.0.0.1:1/0"), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
+    let bad = RedisBroker::standalone("http://not-redis");
+    let err = bad
+        .publish("s", Message::new(b"x".to_vec()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("http://not-redis"), "{err}");
+}
+
+#[tokio::test]
+async fn the_broker_reconnects_after_its_connections_are_killed() {
+    const DB: u32 = 9;
+    let broker = RedisBroker::standalone(url_db(DB));
+    let s = unique("reconnect");
+    broker
+        .ensure_group(&s, "g", StreamStart::New)
+        .await
+        .unwrap();
+    broker
+        .publish(&s, Message::new(b"before".to_vec()))
+        .await
+        .unwrap();
+    // A blocking wait too, so that the pool holds a connection.
+    let request =
+        ReadRequest::new(&s, "g", "c", ReadMode::New, 10).block(Duration::from_millis(20));
+    assert_eq!(broker.read(request).await.unwrap().deliveries.len(), 1);
+    broker.read(request).await.unwrap();
+
+    assert!(kill_clients_of_db(DB).await >= 1);
+
+    let mut errors = Vec::new();
+    let mut published = None;
+    for _ in 0..50 {
+        match broker.publish(&s, Message::new(b"after".to_vec())).await {
+            Ok(id) => {
+                published = Some(id);
+                break;
+            }
+            Err(e) => {
+                assert!(e.is_transient(), "a lost connection is transient: {e:?}");
+                errors.push(e);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    assert!(published.is_some(), "never reconnected: {errors:?}");
+    let mut got = Vec::new();
+    for _ in 0..50 {
+        match broker.read(request).await {
+            Ok(batch) => {
+                got.extend(batch.deliveries);
+                if !got.is_empty() {
+                    break;
+                }
+            }
+            Err(e) => {
+                assert!(e.is_transient(), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].entry.payload(), b"after");
+}
+
+#[tokio::test]
+async fn a_flushed_group_is_nogroup_and_ensure_group_recreates_it() {
+    const DB: u32 = 10;
+    let broker = RedisBroker::standalone(url_db(DB));
+    let s = unique("flush");
+    broker
+        .ensure_group(&s, "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    let mut cli = raw(DB).await;
+    let _: () = redis::cmd("FLUSHDB").query_async(&mut cli).await.unwrap();
+    let err = broker
+        .read(ReadRequest::new(&s, "g", "c", ReadMode::New, 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BrokerError::NoGroup { .. }), "{err:?}");
+    assert!(err.is_transient());
+    assert!(
+        broker
+            .ensure_group(&s, "g", StreamStart::Beginning)
+            .await
+            .unwrap()
+    );
+    broker
+        .publish(&s, Message::new(b"x".to_vec()))
+        .await
+        .unwrap();
+    let batch = broker
+        .read(ReadRequest::new(&s, "g", "c", ReadMode::New, 1))
+        .await
+        .unwrap();
+    assert_eq!(batch.deliveries.len(), 1);
+}
+
+#[tokio::test]
+async fn a_delayed_retry_wakes_a_blocked_reader_of_another_process() {
+    // Two brokers: two processes' worth of connections to one server.
+    let reader = RedisBroker::standalone(url());
+    let worker = RedisBroker::standalone(url());
+    let s = unique("wake");
+    worker
+        .ensure_group(&s, "g", StreamStart::New)
+        .await
+        .unwrap();
+    worker
+        .publish(&s, Message::new(b"job".to_vec()))
+        .await
+        .unwrap();
+    let got = worker
+        .read(ReadRequest::new(&s, "g", "w", ReadMode::New, 10))
+        .await
+        .unwrap();
+    let ids: Vec<EntryId> = got.deliveries.iter().map(|d| d.id()).collect();
+    let s2 = s.clone();
+    let blocked = tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let request =
+            ReadRequest::new(&s2, "g", "r", ReadMode::New, 10).block(Duration::from_secs(10));
+        let batch = reader.read(request).await.unwrap();
+        (batch, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // An immediate nack by the worker: owed at once, to anyone.
+    worker
+        .retry(&s, "g", &ids, Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
+    let (batch, waited) = blocked.await.unwrap();
+    assert_eq!(batch.deliveries.len(), 1);
+    assert_eq!(
+        batch.deliveries[0].id(),
+        ids[0],
+        "same id, handed out again"
+    );
+    assert_eq!(batch.deliveries[0].delivery_count, 1);
+    assert!(waited < Duration::from_secs(2), "woke late: {waited:?}");
+
+    // A delay: the blocked reader wakes when it falls due, not before.
+    let again: Vec<EntryId> = batch.deliveries.iter().map(|d| d.id()).collect();
+    let reader = RedisBroker::standalone(url());
+    worker
+        .retry(&s, "g", &again, Retry::After(Duration::from_millis(400)))
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let request = ReadRequest::new(&s, "g", "r", ReadMode::New, 10).block(Duration::from_secs(10));
+    let batch = reader.read(request).await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(batch.deliveries.len(), 1);
+    assert_eq!(batch.deliveries[0].delivery_count, 2);
+    assert!(
+        waited >= Duration::from_millis(350) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_letter_is_visible_and_redrivable_from_another_process() {
+    let one = RedisBroker::standalone(url());
+    let other = RedisBroker::standalone(url());
+    let s = unique("dead-shared");
+    one.ensure_group(&s, "g", StreamStart::New).await.unwrap();
+    one.publish(&s, Message::new(b"bad".to_vec()))
+        .await
+        .unwrap();
+    let got = one
+        .read(ReadRequest::new(&s, "g", "c", ReadMode::New, 10))
+        .await
+        .unwrap();
+    let id = got.deliveries[0].id();
+    one.dead_letter(&s, "g", &[id], "poison").await.unwrap();
+    let listed = other
+        .dead_letters(&s, "g", EntryId::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].id(), listed[0].reason.as_str()), (id, "poison"));
+    assert_eq!(other.redrive(&s, "g", &[id]).await.unwrap(), 1);
+    let again = one
+        .read(ReadRequest::new(&s, "g", "c2", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert_eq!(again.deliveries[0].id(), id);
+    assert_eq!(
+        again.deliveries[0].delivery_count, 0,
+        "redrive resets the count"
+    );
+}
+
+#[tokio::test]
+async fn owed_entries_go_first_and_new_ones_beyond_the_count_are_handed_back() {
+    let broker = RedisBroker::standalone(url());
+    let s = unique("hand-back");
+    broker
+        .ensure_group(&s, "g", StreamStart::New)
+        .await
+        .unwrap();
+    broker
+        .publish_batch(
+            &s,
+            ["a", "b", "c"]
+                .iter()
+                .map(|t| Message::new(t.as_bytes().to_vec()))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let first = broker
+        .read(ReadRequest::new(&s, "g", "c1", ReadMode::New, 1))
+        .await
+        .unwrap();
+    let a = first.deliveries[0].id();
+    broker
+        .retry(&s, "g", &[a], Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
+    // The new entries are read in the same round trip as the owed one is
+    // found due; one of them does not fit and goes back, unread.
+    let second = broker
+        .read(ReadRequest::new(&s, "g", "c2", ReadMode::New, 2))
+        .await
+        .unwrap();
+    let got: Vec<&[u8]> = second
+        .deliveries
+        .iter()
+        .map(|d| d.entry.payload())
+        .collect();
+    assert_eq!(got, [b"a".as_slice(), b"b"]);
+    assert_eq!(second.deliveries[0].delivery_count, 1);
+    let pending = broker
+        .pending(&s, "g", EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    let c = pending.last().unwrap();
+    assert_eq!(
+        (c.consumer.as_deref(), c.times_delivered),
+        (None, 0),
+        "{pending:?}"
+    );
+    let third = broker
+        .read(ReadRequest::new(&s, "g", "c3", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert_eq!(third.deliveries.len(), 1);
+    assert_eq!(third.deliveries[0].entry.payload(), b"c");
+    assert_eq!(
+        third.deliveries[0].delivery_count, 0,
+        "never counted as delivered"
+    );
+}
+
+#[tokio::test]
+async fn lag_is_counted_when_the_server_cannot_tell_it() {
+    // A group started at an arbitrary id: XINFO GROUPS reports lag nil.
+    let broker = RedisBroker::standalone(url());
+    let s = unique("lag");
+    let ids = broker
+        .publish_batch(&s, (0..5).map(|i| Message::new(vec![b'0' + i])).collect())
+        .await
+        .unwrap();
+    broker
+        .ensure_group(&s, "g", StreamStart::Id(ids[1]))
+        .await
+        .unwrap();
+    let info = broker.group_info(&s, "g").await.unwrap();
+    assert_eq!((info.lag, info.last_delivered), (3, ids[1]));
+    broker
+        .set_group_position(&s, "g", StreamStart::Id(ids[3]))
+        .await
+        .unwrap();
+    assert_eq!(broker.group_info(&s, "g").await.unwrap().lag, 1);
+}

@@ -1,0 +1,92 @@
+//! Shared by the Redis broker's tests: the server's URL, unique names, and a
+//! plain client for looking at what the broker wrote.
+
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The server under test: `RUSTSTREAM_REDIS_URL`, default
+/// `redis://127.0.0.1:6379`. Tests never skip without one: they fail.
+pub fn url() -> String {
+    std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// The same server, database `db` (tests that kill connections or flush use
+/// a database of their own, so they disturb nothing else).
+pub fn url_db(db: u32) -> String {
+    let base = url();
+    let trimmed = match base.rsplit_once('/') {
+        Some((head, tail)) if !head.ends_with('/') && tail.chars().all(|c| c.is_ascii_digit()) => {
+            head.to_owned()
+        }
+        _ => base.trim_end_matches('/').to_owned(),
+    };
+    format!("{trimmed}/{db}")
+}
+
+/// A name no other test or run uses.
+pub fn unique(what: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "rs-test:{}-{:x}-{}:{what}",
+        std::process::id(),
+        nanos,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A plain connection to the server (database `db`), as another client
+/// (redis-cli, redis-py) would see it.
+pub async fn raw(db: u32) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url_db(db)).unwrap();
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "no Redis server at {} ({e}); start one or set RUSTSTREAM_REDIS_URL",
+                url()
+            )
+        })
+}
+
+/// Kills every client connected to database `db` (but the one asking),
+/// as a network failure or a server restart would.
+pub async fn kill_clients_of_db(db: u32) -> usize {
+    let mut admin = raw(db).await;
+    let me: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mut killed = 0;
+    for line in list.lines() {
+        let field = |name: &str| {
+            line.split(' ')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                .map(str::to_owned)
+        };
+        let (Some(id), Some(client_db)) = (field("id"), field("db")) else {
+            continue;
+        };
+        if client_db == db.to_string() && id != me.to_string() {
+            let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("ID")
+                .arg(&id)
+                .query_async(&mut admin)
+                .await;
+            killed += 1;
+        }
+    }
+    killed
+}
