@@ -108,9 +108,19 @@ pub mod __private {
 /// The `main` of a `#[ruststream::app]` binary: a tokio runtime, tracing
 /// from `RUST_LOG` (default `info`), the app until SIGINT or SIGTERM, then a
 /// graceful shutdown. Exits with status 1 and the error on stderr if the app
-/// cannot start. Call it from a hand-written `main` that needs more (its own
-/// command-line arguments, say).
+/// cannot start.
 pub fn run_main<A: App>(make_app: fn() -> A) {
+    run_main_with(async move { Ok::<A, String>(make_app()) });
+}
+
+/// [`run_main`] for an app that is built inside the runtime (for example
+/// after asking a broker what it can serve); an `Err` from `make_app` is
+/// printed and the process exits with status 1. For a hand-written `main`.
+pub fn run_main_with<A, E>(make_app: impl std::future::Future<Output = Result<A, E>>)
+where
+    A: App,
+    E: std::fmt::Display,
+{
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
@@ -124,7 +134,16 @@ pub fn run_main<A: App>(make_app: fn() -> A) {
             std::process::exit(1);
         }
     };
-    let result = runtime.block_on(make_app().into_rust_stream().run());
+    let result = runtime.block_on(async move {
+        match make_app.await {
+            Ok(app) => app
+                .into_rust_stream()
+                .run()
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    });
     if let Err(e) = result {
         eprintln!("error: {e}");
         std::process::exit(1);

@@ -367,6 +367,12 @@ pub async fn range_reads_replay_in_order(t: Target) {
     assert_eq!(all.iter().map(|e| e.id).collect::<Vec<_>>(), ids);
     let middle = t.broker.range(&s, ids[1], ids[3], 100).await.unwrap();
     assert_eq!(middle.iter().map(|e| e.id).collect::<Vec<_>>(), ids[1..=3]);
+    let unbounded = t
+        .broker
+        .range(&s, EntryId::ZERO, EntryId::MAX, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(unbounded.len(), ids.len(), "usize::MAX means all");
     let two = t.broker.range(&s, ids[1], EntryId::MAX, 2).await.unwrap();
     assert_eq!(two.iter().map(|e| e.id).collect::<Vec<_>>(), ids[1..=2]);
     let none = t
@@ -375,6 +381,12 @@ pub async fn range_reads_replay_in_order(t: Target) {
         .await
         .unwrap();
     assert!(none.is_empty(), "a missing stream reads as empty");
+    let missing = t
+        .broker
+        .stream_info(&t.stream("no-such-stream"))
+        .await
+        .unwrap();
+    assert_eq!(missing, None, "a missing stream has no info");
 }
 
 /// Trimming by length and by id removes the oldest entries.
@@ -858,11 +870,17 @@ pub async fn dead_letters_are_listed_with_reason_and_count(t: Target) {
     );
     let dead = t
         .broker
-        .dead_letters(&s, G, EntryId::ZERO, 10)
+        .dead_letters(&s, G, EntryId::ZERO, usize::MAX)
         .await
         .unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].id(), got[0]);
+    let pending = t
+        .broker
+        .pending(&s, G, EntryId::ZERO, usize::MAX, None)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1, "usize::MAX means all");
     assert_eq!(dead[0].reason, "cannot decode: expected u64");
     assert_eq!(dead[0].times_delivered, 2);
     assert_eq!(dead[0].entry.payload(), b"bad");

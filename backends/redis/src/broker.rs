@@ -863,7 +863,8 @@ impl RedisBroker {
         let reply: Result<(Value, Value), RedisError> = pipe.query_async(&mut conn).await;
         let (info, groups) = match reply {
             Ok(reply) => reply,
-            Err(e) if e.detail().is_some_and(|d| d.contains("no such key")) => return Ok(None),
+            // Alone or inside a pipeline failure, "no such key" means no stream.
+            Err(e) if e.to_string().contains("no such key") => return Ok(None),
             Err(e) => return Err(scope.error(&e)),
         };
         let row = codec::stream(&info);
@@ -877,6 +878,11 @@ impl RedisBroker {
         }))
     }
 }
+
+/// The largest COUNT sent to the server: callers may ask for `usize::MAX`
+/// ("all"), which Redis (a signed 64-bit COUNT, and Lua's doubles) would
+/// refuse or mangle.
+const MAX_COUNT: usize = 1 << 30;
 
 /// The `XREADGROUP ... CLAIM` command of a claiming read (Redis 8.4): idle
 /// pending entries first (longest idle first), then new ones, `count` in
@@ -1181,7 +1187,7 @@ impl Broker for RedisBroker {
                 .key(&keys.owed)
                 .arg(group)
                 .arg(from.to_string())
-                .arg(count)
+                .arg(count.min(MAX_COUNT))
                 .arg(consumer.unwrap_or(""))
                 .invoke_async(&mut conn)
                 .await
@@ -1213,7 +1219,7 @@ impl Broker for RedisBroker {
                 .key(&keys.dead_index)
                 .arg(group)
                 .arg(from.to_string())
-                .arg(count)
+                .arg(count.min(MAX_COUNT))
                 .invoke_async(&mut conn)
                 .await
                 .map_err(|e| scope.error(&e))?;
@@ -1240,7 +1246,7 @@ impl Broker for RedisBroker {
                         .arg(from.to_string())
                         .arg(to.to_string())
                         .arg("COUNT")
-                        .arg(count),
+                        .arg(count.min(MAX_COUNT)),
                     scope,
                 )
                 .await?;

@@ -48,6 +48,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ruststream_benches::counting;
 use ruststream_core::{
     Broker, BrokerError, Clock, Delivery, EntryId, Message, ReadMode, ReadRequest, StreamStart,
     Trim,
@@ -93,74 +94,6 @@ const RUN_MESSAGES: std::ops::RangeInclusive<u64> = 512 * 500..=512 * 32_000;
 /// and a run measures the steady state, freeing included, rather than the
 /// page faults of an ever-growing stream. A multiple of every batch size.
 const TRIM_EVERY: u64 = 65_536;
-
-/// Counts heap allocations while switched on.
-mod counting {
-    // The workspace forbids unsafe code; this crate only denies it, and this
-    // module alone allows it, because a global allocator can only be written
-    // as an `unsafe impl GlobalAlloc`. It forwards every call to the system
-    // allocator unchanged and only bumps a counter.
-    #![allow(unsafe_code)]
-
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-    static ENABLED: AtomicBool = AtomicBool::new(false);
-    static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-    /// The system allocator, counting allocations and reallocations while
-    /// [`enable`] is on. Off, it costs one relaxed load per call.
-    pub(crate) struct CountingAllocator;
-
-    #[global_allocator]
-    static GLOBAL: CountingAllocator = CountingAllocator;
-
-    fn count() {
-        if ENABLED.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    // SAFETY: every method forwards its arguments unchanged to `System`,
-    // which upholds the `GlobalAlloc` contract; counting touches no memory
-    // handed out by the allocator.
-    unsafe impl GlobalAlloc for CountingAllocator {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            count();
-            // SAFETY: the caller's guarantees for `layout` are passed on.
-            unsafe { System.alloc(layout) }
-        }
-
-        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-            count();
-            // SAFETY: as for `alloc`.
-            unsafe { System.alloc_zeroed(layout) }
-        }
-
-        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-            count();
-            // SAFETY: `ptr` was allocated by `System` (every allocation
-            // goes through this type) with `layout`, as the caller
-            // guarantees.
-            unsafe { System.realloc(ptr, layout, new_size) }
-        }
-
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            // SAFETY: as for `realloc`.
-            unsafe { System.dealloc(ptr, layout) }
-        }
-    }
-
-    /// Switches counting on or off.
-    pub(crate) fn enable(on: bool) {
-        ENABLED.store(on, Ordering::Relaxed);
-    }
-
-    /// Allocations counted so far.
-    pub(crate) fn allocations() -> u64 {
-        ALLOCATIONS.load(Ordering::Relaxed)
-    }
-}
 
 /// What is measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,7 +164,7 @@ fn chunks(messages: u64) -> impl Iterator<Item = u64> {
 
 /// Whether the publishing loop trims after `round` (counted from 1).
 fn trim_due(round: u64, batch: usize) -> bool {
-    (round * batch as u64) % TRIM_EVERY == 0
+    (round * batch as u64).is_multiple_of(TRIM_EVERY)
 }
 
 fn request(batch: usize) -> ReadRequest<'static> {

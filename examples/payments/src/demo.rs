@@ -14,7 +14,7 @@ use std::time::Duration;
 use ruststream::{Broker, Handled, Observer, Publisher, Running, Settlement, StartError};
 use tokio::time::Instant;
 
-use crate::{MIN_IDLE, Migrations, Payment, Screened, service};
+use crate::{MIN_IDLE, Migrations, Payment, Screened, service_for};
 
 /// The sample payments: three ordinary accounts, one account under
 /// migration, one suspiciously large payment.
@@ -97,6 +97,11 @@ impl Observer for Printer {
                 self.posted.fetch_add(1, Ordering::Relaxed);
                 self.line("ledger", "posted", &payment, &again);
             }
+            ("ledger", Settlement::RetriedAfter(delay)) => {
+                self.retried.fetch_add(1, Ordering::Relaxed);
+                let note = format!("account locked: back in {}s {again}", delay.as_secs());
+                self.line("ledger", "retry", &payment, &note);
+            }
             ("ledger", Settlement::Retried { .. }) => {
                 self.retried.fetch_add(1, Ordering::Relaxed);
                 let note = format!(
@@ -160,7 +165,8 @@ pub async fn run(broker: Arc<dyn Broker>) -> Result<Summary, DemoError> {
         screened: AtomicU64::new(0),
     });
     let shared = Arc::clone(&broker);
-    let running = service(Arc::clone(&shared))
+    let running = service_for(Arc::clone(&shared))
+        .await
         .observe(Arc::clone(&printer) as Arc<dyn Observer>)
         .start()
         .await
@@ -179,10 +185,6 @@ pub async fn run(broker: Arc<dyn Broker>) -> Result<Summary, DemoError> {
             .await
             .map_err(DemoError::Publish)?;
     }
-    println!(
-        "[t+  0.0s] published {} payments to stream \"payments\"",
-        samples.len()
-    );
 
     let migration = tokio::spawn(async move {
         tokio::time::sleep(MIGRATION_DONE_AFTER).await;
@@ -204,6 +206,23 @@ pub async fn run(broker: Arc<dyn Broker>) -> Result<Summary, DemoError> {
     };
     shutdown(running).await;
     settled.map(|()| summary)
+}
+
+/// Refuses to run the demo on a server that already holds its streams
+/// (their old entries would be screened again and spoil the summary).
+pub async fn check_empty(broker: &dyn Broker) -> Result<(), String> {
+    for stream in ["payments", "payments.screened"] {
+        match broker.stream_info(stream).await {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                return Err(format!(
+                    "stream {stream:?} already exists there; run the demo on an empty database, e.g. redis://127.0.0.1:6379/15 after FLUSHDB"
+                ));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
 }
 
 async fn shutdown(running: Running) {

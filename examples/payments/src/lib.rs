@@ -115,6 +115,44 @@ pub async fn screen_payment(payment: &Payment) -> Screened {
     }
 }
 
+/// Before Redis 8.4 there is no claiming read, so the ledger is two
+/// subscriptions on the same group: this one takes new payments, and
+/// [`recover_payment`] takes over the ones a stopped worker left pending.
+/// A `new` subscription retries by appending a copy that comes back at
+/// once, so a locked account waits with `retry_after` instead.
+#[subscriber(
+    RedisStream::new("payments").group("ledger"),
+    workers(8, by_key)
+)]
+pub async fn post_new_payment(payment: &Payment) -> HandlerOutcome {
+    post_or_wait(payment, 0)
+}
+
+/// Takes over payments left pending by a stopped ledger worker once they
+/// have been idle [`MIN_IDLE`] (Redis `XAUTOCLAIM`).
+#[subscriber(RedisStream::reclaim("payments", MIN_IDLE).group("ledger"))]
+pub async fn recover_payment(payment: &Payment, ctx: &mut Context<'_>) -> HandlerOutcome {
+    tracing::warn!(
+        payment.id,
+        deliveries = ctx.delivery_count(),
+        "payment recovered from a stopped worker"
+    );
+    post_or_wait(payment, ctx.delivery_count())
+}
+
+fn post_or_wait(payment: &Payment, earlier_deliveries: u32) -> HandlerOutcome {
+    if Migrations::global().is_locked(&payment.account) {
+        tracing::warn!(
+            payment.id,
+            earlier_deliveries,
+            "account locked, payment back in MIN_IDLE"
+        );
+        return HandlerOutcome::retry_after(MIN_IDLE);
+    }
+    tracing::info!(payment.id, earlier_deliveries, "payment posted");
+    HandlerOutcome::ack()
+}
+
 /// The service on `broker`: the ledger and the fraud screen.
 pub fn service(broker: Arc<dyn Broker>) -> RustStream {
     RustStream::new(AppInfo::new("payments", env!("CARGO_PKG_VERSION"))).with_shared_broker(
@@ -124,4 +162,31 @@ pub fn service(broker: Arc<dyn Broker>) -> RustStream {
             b.include(screen_payment).out_reply(Publish);
         },
     )
+}
+
+/// The service for a Redis server older than 8.4 (no claiming read): the
+/// ledger as [`post_new_payment`] plus [`recover_payment`].
+pub fn service_before_8_4(broker: Arc<dyn Broker>) -> RustStream {
+    RustStream::new(AppInfo::new("payments", env!("CARGO_PKG_VERSION"))).with_shared_broker(
+        broker,
+        |b| {
+            b.include(post_new_payment);
+            b.include(recover_payment);
+            b.include(screen_payment).out_reply(Publish);
+        },
+    )
+}
+
+/// The service that `broker` can serve: [`service`] if it has claiming
+/// reads, else [`service_before_8_4`] (with a line saying so).
+pub async fn service_for(broker: Arc<dyn Broker>) -> RustStream {
+    let claiming = ruststream::ReadMode::Claiming { min_idle: MIN_IDLE };
+    match broker.check_mode(claiming).await {
+        Ok(()) => service(broker),
+        Err(why) => {
+            println!("note: {why}");
+            println!("note: running the ledger as `new` + `reclaim` instead");
+            service_before_8_4(broker)
+        }
+    }
 }

@@ -272,3 +272,73 @@ async fn the_demo_settles_every_payment_on_the_file_log() {
     assert_eq!((summary.posted, summary.screened), (n, n));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The service on a real Redis server (`RUSTSTREAM_REDIS_URL`, set by
+/// `.ci/run`), in its own database: the broker says which ledger it can
+/// serve (`claiming` needs Redis 8.4; older servers get `new` + `reclaim`),
+/// and a payment is posted and screened. Real time: Redis keeps the clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_runs_on_redis() {
+    let base =
+        std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let url = format!("{}/12", base.trim_end_matches('/'));
+    let broker: Arc<dyn ruststream::Broker> =
+        Arc::new(ruststream::RedisBroker::standalone(url.clone()));
+    // Start from an empty database: drop what an earlier run left.
+    for stream in ["payments", "payments.screened"] {
+        if broker.stream_info(stream).await.unwrap().is_some() {
+            broker
+                .trim(stream, ruststream::Trim::MaxLen(0))
+                .await
+                .unwrap();
+        }
+    }
+    let running = payments::service_for(Arc::clone(&broker))
+        .await
+        .start()
+        .await
+        .unwrap();
+    let publisher = ruststream::Publisher::new(Arc::clone(&broker));
+    let p = payment(40, "acct-redis", 2_00);
+    let id = publisher
+        .publish(&p)
+        .partition_key(&p.account)
+        .await
+        .unwrap();
+    let mut screened = Vec::new();
+    for _ in 0..100 {
+        let replies = broker
+            .range(
+                "payments.screened",
+                ruststream::EntryId::ZERO,
+                ruststream::EntryId::MAX,
+                100,
+            )
+            .await
+            .unwrap();
+        screened = replies
+            .iter()
+            .filter_map(|e| serde_json::from_slice::<Screened>(e.payload()).ok())
+            .filter(|s| s.payment_id == 40)
+            .collect();
+        let ledger = broker
+            .pending("payments", "ledger", id, 1, None)
+            .await
+            .unwrap();
+        if !screened.is_empty() && ledger.first().is_none_or(|e| e.id != id) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        screened,
+        [Screened {
+            payment_id: 40,
+            suspicious: false
+        }],
+        "on {url}"
+    );
+    let ledger = broker.group_info("payments", "ledger").await.unwrap();
+    assert_eq!(ledger.pending, 0, "the ledger posted it");
+    running.shutdown().await;
+}

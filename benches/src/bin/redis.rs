@@ -1,0 +1,496 @@
+//! Throughput of the Redis broker on a real server, beside a hand-written
+//! redis-rs loop doing the same work on the same server, in one run.
+//!
+//! Every message is the same small JSON `Payment { id, account,
+//! amount_cents }` (about 55 bytes) in the field `payload`, the layout
+//! both sides share. Rows:
+//!
+//! - **publish**, batches of 500: the hand loop sends a pipeline of 500
+//!   `XADD`s per round trip; the broker's `publish_batch` does the same
+//!   through the `Broker` trait.
+//! - **consume**: the stream is filled first (untimed), then timed until
+//!   every entry is read, decoded with serde_json and acked.
+//!   - *hand loop*: `XREADGROUP ... COUNT 500 ... >`, decode each payload,
+//!     one `XACK` per batch, on one multiplexed connection, replies parsed
+//!     from `redis::Value` directly (no `HashMap` per entry).
+//!   - *broker loop*: the same through `RedisBroker` (`read` with
+//!     `ReadMode::New`, count 500, then `ack`): the read script's cost
+//!     (owed entries, copies, attempt bound) plus the broker's decoding
+//!     into `Delivery`s.
+//!   - *#[subscriber]*: an app whose handler takes `&Payment` and returns
+//!     `()` (ack), with `workers(8)`: everything the runtime does per
+//!     entry (read-ahead permits, lanes, tracing span, panic catching,
+//!     batched settling). With the default read-ahead (32 per read) and
+//!     with `prefetch(500)`.
+//!
+//! Each row is the median of `REPS` runs, interleaved. Everything runs on
+//! one current-thread tokio runtime (one core; the server has the other).
+//! Client allocations per message come from a separate pass of 50,000
+//! messages per consume row under the counting global allocator (filling
+//! the stream not counted).
+//!
+//! ```text
+//! redis-server --save "" --appendonly no &
+//! cargo run --release -p ruststream-benches --bin redis
+//! cargo run --release -p ruststream-benches --bin redis -- --messages 500000
+//! ```
+//!
+//! The server is `RUSTSTREAM_REDIS_URL` (default `redis://127.0.0.1:6379`).
+//! Keys are named `rs-bench:*` and deleted after each run.
+
+use std::error::Error;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use ruststream::prelude::*;
+use ruststream::{Broker, Message, ReadMode, ReadRequest};
+use ruststream_benches::counting;
+use ruststream_redis::RedisBroker;
+use tokio::sync::Notify;
+
+type BenchResult<T> = Result<T, Box<dyn Error>>;
+
+const DEFAULT_MESSAGES: u64 = 200_000;
+const REPS: usize = 5;
+const BATCH: usize = 500;
+const GROUP: &str = "ledger";
+/// The issue's target: the `#[subscriber]` path at 80% of the hand loop.
+const TARGET_RATIO: f64 = 0.80;
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Deserialize)]
+// Decoded and passed to `black_box`; nothing reads the fields.
+#[allow(dead_code)]
+struct Payment {
+    id: u64,
+    account: String,
+    amount_cents: u64,
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    format!(
+        r#"{{"id":{},"account":"acct-{:06}","amount_cents":{}}}"#,
+        1_000_000 + i,
+        i % 1_000_000,
+        100 + (i * 7919) % 100_000
+    )
+    .into_bytes()
+}
+
+fn url() -> String {
+    std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// The stream the subscribers read: set per run, before the app starts.
+static STREAM: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+fn stream_name() -> String {
+    STREAM.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
+struct Probe {
+    handled: AtomicU64,
+    target: AtomicU64,
+    done: Notify,
+}
+
+static PROBE: Probe = Probe {
+    handled: AtomicU64::new(0),
+    target: AtomicU64::new(u64::MAX),
+    done: Notify::const_new(),
+};
+
+impl Probe {
+    fn arm(&self, target: u64) {
+        self.handled.store(0, Ordering::SeqCst);
+        self.target.store(target, Ordering::SeqCst);
+    }
+
+    fn handled_one(&self) {
+        let n = self.handled.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == self.target.load(Ordering::Relaxed) {
+            self.done.notify_one();
+        }
+    }
+}
+
+#[subscriber(
+    RedisStream::new(stream_name()).group(GROUP).start_id(StreamStart::Beginning),
+    workers(8)
+)]
+async fn ledger_default(payment: &Payment) {
+    black_box(payment);
+    PROBE.handled_one();
+}
+
+#[subscriber(
+    RedisStream::new(stream_name()).group(GROUP).start_id(StreamStart::Beginning),
+    workers(8),
+    prefetch(500)
+)]
+async fn ledger_prefetch(payment: &Payment) {
+    black_box(payment);
+    PROBE.handled_one();
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Row {
+    PublishHand,
+    PublishBroker,
+    ConsumeHand,
+    ConsumeBroker,
+    SubscriberDefault,
+    SubscriberPrefetch,
+}
+
+impl Row {
+    const ALL: [Row; 6] = [
+        Row::PublishHand,
+        Row::PublishBroker,
+        Row::ConsumeHand,
+        Row::ConsumeBroker,
+        Row::SubscriberDefault,
+        Row::SubscriberPrefetch,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Row::PublishHand => "publish, hand loop (pipelined XADD x500)",
+            Row::PublishBroker => "publish, RedisBroker::publish_batch(500)",
+            Row::ConsumeHand => "consume, hand loop (XREADGROUP 500 + XACK)",
+            Row::ConsumeBroker => "consume, RedisBroker read(500) + ack",
+            Row::SubscriberDefault => "consume, #[subscriber] workers(8)",
+            Row::SubscriberPrefetch => "consume, #[subscriber] workers(8), prefetch(500)",
+        }
+    }
+}
+
+/// Fills `stream` with `n` messages by pipelined XADD (the hand loop's
+/// publish), returning the time it took.
+async fn fill(
+    conn: &mut redis::aio::MultiplexedConnection,
+    stream: &str,
+    n: u64,
+) -> BenchResult<Duration> {
+    let started = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let mut pipe = redis::pipe();
+        for j in i..(i + BATCH as u64).min(n) {
+            pipe.cmd("XADD")
+                .arg(stream)
+                .arg("*")
+                .arg("payload")
+                .arg(payload(j))
+                .ignore();
+        }
+        pipe.query_async::<()>(conn).await?;
+        i += BATCH as u64;
+    }
+    Ok(started.elapsed())
+}
+
+async fn publish_broker(broker: &RedisBroker, stream: &str, n: u64) -> BenchResult<Duration> {
+    let started = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let batch: Vec<Message> = (i..(i + BATCH as u64).min(n))
+            .map(|j| Message::new(payload(j)))
+            .collect();
+        broker.publish_batch(stream, batch).await?;
+        i += BATCH as u64;
+    }
+    Ok(started.elapsed())
+}
+
+fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        _ => None,
+    }
+}
+
+/// The hand-written consumer: XREADGROUP COUNT 500, decode, XACK per batch.
+async fn consume_hand(
+    conn: &mut redis::aio::MultiplexedConnection,
+    stream: &str,
+    n: u64,
+) -> BenchResult<Duration> {
+    let started = Instant::now();
+    redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(GROUP)
+        .arg("0")
+        .query_async::<()>(conn)
+        .await?;
+    let mut done = 0u64;
+    while done < n {
+        let reply: Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(GROUP)
+            .arg("hand-1")
+            .arg("COUNT")
+            .arg(BATCH)
+            .arg("STREAMS")
+            .arg(stream)
+            .arg(">")
+            .query_async(conn)
+            .await?;
+        let Value::Array(streams) = reply else {
+            return Err("the stream ran dry before every message was read".into());
+        };
+        let mut ack = redis::cmd("XACK");
+        ack.arg(stream).arg(GROUP);
+        for s in &streams {
+            let Value::Array(parts) = s else { continue };
+            let Some(Value::Array(entries)) = parts.get(1) else {
+                continue;
+            };
+            for entry in entries {
+                let Value::Array(e) = entry else { continue };
+                let (Some(id), Some(Value::Array(fields))) = (e.first().and_then(bytes), e.get(1))
+                else {
+                    continue;
+                };
+                for pair in fields.chunks_exact(2) {
+                    if bytes(&pair[0]) == Some(b"payload")
+                        && let Some(p) = bytes(&pair[1])
+                    {
+                        let payment: Payment = serde_json::from_slice(p)?;
+                        black_box(&payment);
+                    }
+                }
+                ack.arg(id);
+                done += 1;
+            }
+        }
+        ack.query_async::<i64>(conn).await?;
+    }
+    Ok(started.elapsed())
+}
+
+/// The same through the broker API.
+async fn consume_broker(broker: &RedisBroker, stream: &str, n: u64) -> BenchResult<Duration> {
+    let started = Instant::now();
+    broker
+        .ensure_group(stream, GROUP, StreamStart::Beginning)
+        .await?;
+    let mut done = 0u64;
+    while done < n {
+        let batch = broker
+            .read(ReadRequest::new(
+                stream,
+                GROUP,
+                "broker-1",
+                ReadMode::New,
+                BATCH,
+            ))
+            .await?;
+        if batch.deliveries.is_empty() {
+            return Err("the stream ran dry before every message was read".into());
+        }
+        let mut ids = Vec::with_capacity(batch.deliveries.len());
+        for d in &batch.deliveries {
+            let payment: Payment = serde_json::from_slice(d.entry.payload())?;
+            black_box(&payment);
+            ids.push(d.id());
+        }
+        broker.ack(stream, GROUP, &ids).await?;
+        done += ids.len() as u64;
+    }
+    Ok(started.elapsed())
+}
+
+async fn consume_app(
+    broker: &RedisBroker,
+    stream: &str,
+    n: u64,
+    prefetch: bool,
+) -> BenchResult<Duration> {
+    PROBE.arm(n);
+    *STREAM.lock().map_err(|_| "poisoned")? = stream.to_owned();
+    let started = Instant::now();
+    let app = RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(broker.clone(), |b| {
+        if prefetch {
+            b.include(ledger_prefetch);
+        } else {
+            b.include(ledger_default);
+        }
+    });
+    let running = app.start().await?;
+    if PROBE.handled.load(Ordering::SeqCst) < n {
+        tokio::time::timeout(RUN_TIMEOUT, PROBE.done.notified()).await?;
+    }
+    // Every entry handled; now every ack settled.
+    loop {
+        let info = broker.group_info(stream, GROUP).await?;
+        if info.pending == 0 && info.lag == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let elapsed = started.elapsed();
+    running.shutdown().await;
+    Ok(elapsed)
+}
+
+/// Client-side allocations per message of a consume row (the fill not
+/// counted).
+async fn allocations(
+    row: Row,
+    conn: &mut redis::aio::MultiplexedConnection,
+    broker: &RedisBroker,
+) -> BenchResult<f64> {
+    const N: u64 = 50_000;
+    let stream = format!("rs-bench:{}:alloc:{row:?}", std::process::id());
+    fill(conn, &stream, N).await?;
+    counting::enable(true);
+    let before = counting::allocations();
+    let result = match row {
+        Row::ConsumeHand => consume_hand(conn, &stream, N).await,
+        Row::ConsumeBroker => consume_broker(broker, &stream, N).await,
+        Row::SubscriberDefault | Row::SubscriberPrefetch => {
+            consume_app(broker, &stream, N, row == Row::SubscriberPrefetch).await
+        }
+        Row::PublishHand | Row::PublishBroker => Ok(Duration::ZERO),
+    };
+    let made = counting::allocations() - before;
+    counting::enable(false);
+    result?;
+    redis::cmd("DEL")
+        .arg(&stream)
+        .query_async::<()>(conn)
+        .await?;
+    Ok(made as f64 / N as f64)
+}
+
+async fn run_row(
+    row: Row,
+    conn: &mut redis::aio::MultiplexedConnection,
+    broker: &RedisBroker,
+    n: u64,
+    run: usize,
+) -> BenchResult<Duration> {
+    let stream = format!("rs-bench:{}:{run}:{row:?}", std::process::id());
+    let elapsed = match row {
+        Row::PublishHand => fill(conn, &stream, n).await?,
+        Row::PublishBroker => publish_broker(broker, &stream, n).await?,
+        Row::ConsumeHand => {
+            fill(conn, &stream, n).await?;
+            consume_hand(conn, &stream, n).await?
+        }
+        Row::ConsumeBroker => {
+            fill(conn, &stream, n).await?;
+            consume_broker(broker, &stream, n).await?
+        }
+        Row::SubscriberDefault | Row::SubscriberPrefetch => {
+            fill(conn, &stream, n).await?;
+            consume_app(broker, &stream, n, row == Row::SubscriberPrefetch).await?
+        }
+    };
+    redis::cmd("DEL")
+        .arg(&stream)
+        .query_async::<()>(conn)
+        .await?;
+    Ok(elapsed)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// The command line: `--messages N`, and `--only ROW` (a row's index in
+/// the table, 0 to 5) to run one row once, for profiling.
+fn args() -> BenchResult<(u64, Option<usize>)> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut n = DEFAULT_MESSAGES;
+    let mut only = None;
+    let mut words = args.iter();
+    while let Some(word) = words.next() {
+        match (word.as_str(), words.next()) {
+            ("--messages", Some(v)) => n = v.parse()?,
+            ("--only", Some(v)) => only = Some(v.parse::<usize>()?),
+            _ => return Err("usage: redis [--messages N] [--only ROW]".into()),
+        }
+    }
+    Ok((n, only))
+}
+
+fn main() -> BenchResult<()> {
+    let (n, only) = args()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let client = redis::Client::open(url())?;
+        let mut conn = client.get_multiplexed_async_connection().await.map_err(|e| {
+            format!("no Redis server at {} ({e}); start one or set RUSTSTREAM_REDIS_URL", url())
+        })?;
+        let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await?;
+        let version = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+            .to_owned();
+        let broker = RedisBroker::standalone(url());
+        println!(
+            "Redis {version} at {}, {n} messages per run, median of {REPS} runs, one current-thread runtime",
+            url()
+        );
+        if let Some(i) = only {
+            let row = *Row::ALL.get(i).ok_or("--only takes a row index, 0 to 5")?;
+            let elapsed = run_row(row, &mut conn, &broker, n, 0).await?;
+            println!("{}: {:.0} msg/s", row.label(), n as f64 / elapsed.as_secs_f64());
+            return Ok(());
+        }
+        // Warm-up: connections, scripts loaded, allocator.
+        for row in Row::ALL {
+            run_row(row, &mut conn, &broker, 20_000, usize::MAX).await?;
+        }
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); Row::ALL.len()];
+        for run in 0..REPS {
+            for (i, row) in Row::ALL.into_iter().enumerate() {
+                let elapsed = run_row(row, &mut conn, &broker, n, run).await?;
+                rates[i].push(n as f64 / elapsed.as_secs_f64());
+            }
+        }
+        let rates: Vec<f64> = rates.into_iter().map(median).collect();
+        let mut allocs = Vec::new();
+        for row in Row::ALL {
+            allocs.push(allocations(row, &mut conn, &broker).await?);
+        }
+        let baseline = |row: Row| match row {
+            Row::PublishHand | Row::PublishBroker => rates[0],
+            _ => rates[2],
+        };
+        println!();
+        println!("| row | msg/s | vs hand loop | client allocs/msg |");
+        println!("|:--|--:|--:|--:|");
+        for (i, row) in Row::ALL.into_iter().enumerate() {
+            let allocs = match row {
+                Row::PublishHand | Row::PublishBroker => "".to_owned(),
+                _ => format!("{:.2}", allocs[i]),
+            };
+            println!(
+                "| {} | {:.0} | {:.2} | {allocs} |",
+                row.label(),
+                rates[i],
+                rates[i] / baseline(row)
+            );
+        }
+        let best = rates[4].max(rates[5]) / rates[2];
+        println!();
+        println!(
+            "target: #[subscriber] >= {:.0}% of the hand loop: {} (best {:.2})",
+            TARGET_RATIO * 100.0,
+            if best >= TARGET_RATIO { "met" } else { "not met" },
+            best
+        );
+        Ok(())
+    })
+}
