@@ -39,6 +39,20 @@ use crate::app::ReplyTarget;
 use crate::observe::{Handled, Observer, Settlement};
 use crate::{Context, HandlerOutcome, Publisher, Settle, Subscriber, Subscription};
 
+/// Logs a `warn!`/`error!` about a delivery inside its context: the
+/// delivery's own span when that is enabled (debug), else an info-level
+/// span made for this event alone, so the common path creates no span at
+/// info level.
+macro_rules! report {
+    ($worker:expr, $delivery:expr, $($event:tt)+) => {{
+        if tracing::Span::current().is_disabled() {
+            $worker.context_span($delivery).in_scope(|| tracing::$($event)+);
+        } else {
+            tracing::$($event)+;
+        }
+    }};
+}
+
 /// How long one blocking read waits before asking again.
 const READ_BLOCK: Duration = Duration::from_secs(5);
 /// Outcomes applied per settle batch at most.
@@ -440,9 +454,15 @@ impl<S: Subscriber> LaneWorker<S> {
     }
 
     /// Runs the handler on one delivery and decides how to settle it.
+    ///
+    /// The delivery's span is at debug level: at info level a span per
+    /// delivery costs more than the rest of the path together (measured:
+    /// about 15,000 instructions and 7 allocations with the fmt subscriber).
+    /// Warnings and errors about a delivery still carry its context (see
+    /// [`report!`]).
     async fn handle(&self, delivery: &Delivery) -> (Op, Settlement) {
         let env = &self.env;
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "delivery",
             subscriber = env.name,
             stream = env.stream(),
@@ -452,6 +472,21 @@ impl<S: Subscriber> LaneWorker<S> {
             delivery_count = delivery.delivery_count,
         );
         self.handle_in_span(delivery).instrument(span).await
+    }
+
+    /// The delivery's context as an info-level span, made only when a
+    /// warning or error about it is logged.
+    fn context_span(&self, delivery: &Delivery) -> tracing::Span {
+        let env = &self.env;
+        tracing::info_span!(
+            "delivery",
+            subscriber = env.name,
+            stream = env.stream(),
+            group = env.group(),
+            consumer = %env.consumer,
+            id = %delivery.id(),
+            delivery_count = delivery.delivery_count,
+        )
     }
 
     async fn handle_in_span(&self, delivery: &Delivery) -> (Op, Settlement) {
@@ -479,7 +514,11 @@ impl<S: Subscriber> LaneWorker<S> {
             Err(panic) => {
                 Metrics::add(&env.metrics.panicked, 1);
                 let message = panic_message(&*panic);
-                tracing::error!(panic = %message, "handler panicked; entry will be retried");
+                report!(
+                    self,
+                    delivery,
+                    error!(panic = %message, "handler panicked; entry will be retried")
+                );
                 return self.retry(id, Some(format!("handler panicked: {message}")));
             }
         };
@@ -495,23 +534,41 @@ impl<S: Subscriber> LaneWorker<S> {
                 (Op::After(id, delay), Settlement::RetriedAfter(delay))
             }
             Settle::Outcome(HandlerOutcome::DeadLetter(reason)) => {
-                tracing::warn!(%reason, "handler dead-lettered the entry");
+                report!(
+                    self,
+                    delivery,
+                    warn!(%reason, "handler dead-lettered the entry")
+                );
                 dead(id, reason)
             }
             Settle::Failed(error) => {
                 Metrics::add(&env.metrics.failed, 1);
-                tracing::warn!(%error, "handler failed; entry will be retried");
+                report!(
+                    self,
+                    delivery,
+                    warn!(%error, "handler failed; entry will be retried")
+                );
                 self.retry(id, Some(error))
             }
             Settle::Undecodable(error) => {
-                tracing::warn!(%error, "payload cannot be decoded; entry dead-lettered");
+                report!(
+                    self,
+                    delivery,
+                    warn!(%error, "payload cannot be decoded; entry dead-lettered")
+                );
                 dead(id, error)
             }
             Settle::ReplyUnencodable(error) => {
-                tracing::error!(%error, "reply cannot be encoded; entry will be retried");
+                report!(
+                    self,
+                    delivery,
+                    error!(%error, "reply cannot be encoded; entry will be retried")
+                );
                 self.retry(id, Some(error))
             }
-            Settle::Reply { stream, payload } => self.publish_reply(id, stream, payload).await,
+            Settle::Reply { stream, payload } => {
+                self.publish_reply(delivery, stream, payload).await
+            }
         }
     }
 
@@ -529,10 +586,11 @@ impl<S: Subscriber> LaneWorker<S> {
 
     async fn publish_reply(
         &self,
-        id: EntryId,
+        delivery: &Delivery,
         own: &'static str,
         payload: Vec<u8>,
     ) -> (Op, Settlement) {
+        let id = delivery.id();
         let stream = match &self.env.reply {
             ReplyTarget::Discard => return (Op::Ack(id), Settlement::Acked),
             ReplyTarget::OwnStream => own,
@@ -547,7 +605,11 @@ impl<S: Subscriber> LaneWorker<S> {
                 (Op::Ack(id), settlement)
             }
             Err(error) => {
-                tracing::error!(reply_stream = stream, %error, "reply not published; entry will be retried");
+                report!(
+                    self,
+                    delivery,
+                    error!(reply_stream = stream, %error, "reply not published; entry will be retried")
+                );
                 self.retry(id, Some(format!("reply not published: {error}")))
             }
         }
