@@ -57,8 +57,9 @@ pub struct Context<'a> {
     group: &'a str,
     consumer: &'a str,
     publisher: &'a Publisher,
-    count: Decimal,
-    idle: Decimal,
+    /// The delivery count and idle time as text, written on first use of
+    /// [`Context::headers`] (most handlers never ask).
+    texts: std::sync::OnceLock<(Decimal, Decimal)>,
 }
 
 impl<'a> Context<'a> {
@@ -76,8 +77,7 @@ impl<'a> Context<'a> {
             group,
             consumer,
             publisher,
-            count: Decimal::new(u64::from(delivery.delivery_count)),
-            idle: Decimal::new(delivery.idle_ms),
+            texts: std::sync::OnceLock::new(),
         }
     }
 
@@ -86,9 +86,18 @@ impl<'a> Context<'a> {
     pub fn headers(&self) -> HeaderView<'_> {
         HeaderView {
             headers: self.delivery.entry.headers(),
-            count: self.count.as_str(),
-            idle: self.idle.as_str(),
+            count: self.texts().0.as_str(),
+            idle: self.texts().1.as_str(),
         }
+    }
+
+    fn texts(&self) -> &(Decimal, Decimal) {
+        self.texts.get_or_init(|| {
+            (
+                Decimal::new(u64::from(self.delivery.delivery_count)),
+                Decimal::new(self.delivery.idle_ms),
+            )
+        })
     }
 
     /// The entry's id.

@@ -1,38 +1,47 @@
-//! Running one subscription: a reader, worker lanes and a settler.
+//! Running one subscription: one task that reads and runs the handlers,
+//! and a settler.
 //!
 //! ```text
-//!   broker ──read──▶ reader ──dispatch──▶ lane 0..n ──outcome──▶ settler ──ack/retry/dead──▶ broker
-//!                      ▲                     │
-//!                      └──── permits ◀───────┘  (read-ahead bound)
+//!   broker ──read──▶ [ queue ─▶ slot ] × n lanes ──outcomes──▶ settler ──ack/retry/dead──▶ broker
+//!                 (one task polls the read and every slot)
 //! ```
 //!
-//! - The reader holds one permit per entry read and not yet handled, so
-//!   read-ahead never exceeds the subscription's bound; it asks the broker
-//!   for as many entries as it has permits.
-//! - `workers(n)` runs n lanes, each handling one entry at a time. With
-//!   `by_key`, entries with the same partition key always go to the same
-//!   lane, so they are handled one after another in stream order; keyless
-//!   entries go to the lane with the shortest queue.
+//! - The task counts the entries read and not yet settled and reads only
+//!   while that is below the subscription's read-ahead bound, asking the
+//!   broker for the room left, so read-ahead never exceeds the bound.
+//! - `workers(n)` gives n lanes, each a queue and a slot running one handler
+//!   at a time; the task polls the slots side by side, so at most n
+//!   handlers run at once and an entry costs no channel hop or task wakeup
+//!   of its own. With `by_key`, entries with the same partition key always
+//!   go to the same lane, so they are handled one after another in stream
+//!   order; keyless entries go to the least busy lane.
+//! - A panic in a handler is caught where its slot is polled: the entry is
+//!   retried and the lane goes on.
 //! - The settler applies outcomes in batches: it takes whatever outcomes
 //!   are waiting when it wakes, so a lone ack goes out at once and a busy
 //!   subscription acks many entries per broker call.
-//! - Shutdown: the reader stops, lanes hand back entries they have not
-//!   started (an immediate nack, so any consumer gets them at once), running
-//!   handlers get the deadline to finish, and the settler flushes.
+//! - Shutdown: reading stops, entries not started are handed back (an
+//!   immediate nack, so any consumer gets them at once), running handlers
+//!   get the deadline to finish (past it they are dropped and their entries
+//!   handed back too), and the settler flushes.
 
 use std::any::Any;
+use std::collections::VecDeque;
 use std::collections::hash_map::DefaultHasher;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::panic::AssertUnwindSafe;
-use std::pin::pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use ruststream_core::{Broker, BrokerError, Delivery, EntryId, Message, ReadRequest, Retry};
-use tokio::sync::{Semaphore, mpsc, watch};
+use ruststream_core::{
+    Broker, BrokerError, BrokerFuture, BrokerResult, Delivery, EntryId, Message, ReadBatch,
+    ReadRequest, Retry,
+};
+use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
 use crate::app::ReplyTarget;
@@ -83,10 +92,6 @@ impl Env {
 
     fn group(&self) -> &str {
         self.subscription.stream.group_name().unwrap_or_default()
-    }
-
-    fn stopping(&self) -> bool {
-        self.shutdown.borrow().is_some()
     }
 }
 
@@ -196,122 +201,270 @@ enum Op {
 
 /// Runs one subscription until shutdown.
 pub(crate) async fn run_subscription<S: Subscriber>(subscriber: Arc<S>, env: Env) {
-    let workers = env.subscription.workers.max(1);
-    let read_ahead = env.subscription.read_ahead();
-    let permits = Arc::new(Semaphore::new(read_ahead));
     let (settle_tx, settle_rx) = mpsc::unbounded_channel();
     let settler = tokio::spawn(settle_loop(env.clone(), settle_rx));
-
-    let mut lanes = Vec::with_capacity(workers);
-    let mut lane_tasks = Vec::with_capacity(workers);
-    for index in 0..workers {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let lane = Lane {
-            tx,
-            queued: Arc::new(AtomicUsize::new(0)),
-            running: Arc::new(Mutex::new(None)),
-        };
-        let worker = LaneWorker {
-            subscriber: Arc::clone(&subscriber),
-            env: env.clone(),
-            settle: settle_tx.clone(),
-            permits: Arc::clone(&permits),
-            queued: Arc::clone(&lane.queued),
-            running: Arc::clone(&lane.running),
-        };
-        let span = tracing::debug_span!("lane", subscriber = env.name, lane = index);
-        lane_tasks.push(tokio::spawn(worker.run(rx).instrument(span)));
-        lanes.push(lane);
-    }
-
-    read_loop(&env, &permits, &lanes).await;
-
-    // Stop: lanes drain what is queued (handing it back) and end.
-    let running: Vec<_> = lanes.iter().map(|l| Arc::clone(&l.running)).collect();
-    drop(lanes);
-    let deadline = env.shutdown.borrow().unwrap_or(Duration::ZERO);
-    let all_lanes = async {
-        for task in &mut lane_tasks {
-            let _ = task.await;
-        }
+    let worker = Worker {
+        subscriber,
+        env: env.clone(),
     };
-    if tokio::time::timeout(deadline, all_lanes).await.is_err() {
-        for task in &lane_tasks {
-            task.abort();
-        }
-        for slot in &running {
-            let stuck = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
-            if let Some(id) = stuck {
-                tracing::warn!(
-                    subscriber = env.name,
-                    %id,
-                    ?deadline,
-                    "handler still running at the shutdown deadline: stopped, entry handed back"
-                );
-                let _ = settle_tx.send(Op::After(id, Duration::ZERO));
-            }
-        }
-    }
+    let span = tracing::debug_span!("subscription", subscriber = env.name);
+    drive(&worker, &settle_tx).instrument(span).await;
     drop(settle_tx);
     let _ = settler.await;
     tracing::info!(subscriber = env.name, "subscriber stopped");
 }
 
-/// Reads until shutdown, handing each entry to a lane.
-async fn read_loop(env: &Env, permits: &Arc<Semaphore>, lanes: &[Lane]) {
-    let mut shutdown = env.shutdown.clone();
-    let mut backoff = Backoff::new();
+/// What a handler slot finished with.
+struct Done {
+    delivery: Delivery,
+    op: Op,
+    settlement: Settlement,
+}
+
+/// Runs the handler on `delivery`; the future a lane's slot holds.
+async fn handle_one<S: Subscriber>(worker: &Worker<S>, delivery: Delivery) -> Done {
+    let (op, settlement) = worker.handle(&delivery).await;
+    Done {
+        delivery,
+        op,
+        settlement,
+    }
+}
+
+/// What woke the subscription's task.
+enum Wake {
+    /// Handlers finished (their results are in `finished`).
+    Progress,
+    /// The read in flight returned.
+    Read(BrokerResult<ReadBatch>),
+    /// Shutdown was asked for.
+    Stop,
+    /// The shutdown deadline passed with handlers still running.
+    Deadline,
+    /// The backoff after a failed read is over.
+    BackedOff,
+}
+
+/// The subscription's one task: reads, hands entries to `workers` lanes and
+/// runs their handlers side by side, and passes outcomes to the settler.
+///
+/// Each lane has a queue and a slot holding the handler it is running;
+/// the slots are polled by this task, so an entry costs no channel hop and
+/// no task wakeup of its own.
+async fn drive<S: Subscriber>(worker: &Worker<S>, settle: &mpsc::UnboundedSender<Vec<Op>>) {
+    let env = &worker.env;
+    let lanes = env.subscription.workers.max(1);
     let read_ahead = env.subscription.read_ahead();
     let mode = env.subscription.stream.read_mode();
-    loop {
-        if env.stopping() {
-            return;
-        }
-        // At least one free slot, then every other free slot at once.
-        let first = tokio::select! {
-            permit = permits.acquire() => permit,
-            _ = shutdown.changed() => return,
-        };
-        let Ok(first) = first else { return };
-        first.forget();
-        let mut count = 1;
-        while count < read_ahead {
-            match permits.try_acquire() {
-                Ok(p) => {
-                    p.forget();
-                    count += 1;
-                }
-                Err(_) => break,
-            }
-        }
-        let mut request = ReadRequest::new(env.stream(), env.group(), &env.consumer, mode, count)
-            .block(READ_BLOCK);
-        request.max_deliveries = env.subscription.max_deliveries;
-        let result = tokio::select! {
-            r = env.broker.read(request) => r,
-            _ = shutdown.changed() => {
-                permits.add_permits(count);
+    let mut queues: Vec<VecDeque<Delivery>> = (0..lanes).map(|_| VecDeque::new()).collect();
+    // One pinned slot per lane, allocated once and refilled in place.
+    let mut slots: Vec<Pin<Box<Option<_>>>> = (0..lanes).map(|_| Box::pin(None)).collect();
+    // The delivery each slot runs, for a hand-back if its handler panics
+    // or outlives the shutdown deadline.
+    let mut running: Vec<Option<Delivery>> = (0..lanes).map(|_| None).collect();
+    let mut held = 0usize; // entries read and not yet settled
+    let mut read: Option<BrokerFuture<'_, ReadBatch>> = None;
+    let mut backoff = Backoff::new();
+    let mut backing_off: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut deadline: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut stopping = false;
+    let mut shutdown = env.shutdown.clone();
+    let mut stop = pin!(async move {
+        while shutdown.borrow_and_update().is_none() {
+            if shutdown.changed().await.is_err() {
                 return;
             }
-        };
-        let batch = match result {
-            Ok(batch) => {
-                backoff.reset();
-                batch
+        }
+    });
+    let mut finished: Vec<Done> = Vec::new();
+    let mut ops: Vec<Op> = Vec::new();
+
+    loop {
+        // Start a handler on every idle lane with work queued.
+        for lane in 0..lanes {
+            if slots[lane].is_none()
+                && let Some(delivery) = queues[lane].pop_front()
+            {
+                running[lane] = Some(delivery.clone());
+                slots[lane].set(Some(handle_one(worker, delivery)));
             }
-            Err(error) => {
-                permits.add_permits(count);
-                if !recover(env, &error, &mut backoff, &mut shutdown).await {
-                    return;
+        }
+        if stopping && held == 0 {
+            break;
+        }
+        // Read when nothing is in flight, no backoff runs, and no more
+        // than one entry per lane is left: reads then come in batches of
+        // most of the read-ahead rather than one entry at a time, and no
+        // lane runs dry while the read is out.
+        let low_water = lanes.min(read_ahead.saturating_sub(1));
+        if read.is_none() && !stopping && backing_off.is_none() && held <= low_water {
+            let mut request = ReadRequest::new(
+                env.stream(),
+                env.group(),
+                &env.consumer,
+                mode,
+                read_ahead - held,
+            )
+            .block(READ_BLOCK);
+            request.max_deliveries = env.subscription.max_deliveries;
+            read = Some(env.broker.read(request));
+        }
+
+        let wake = std::future::poll_fn(|cx| {
+            for (lane, slot) in slots.iter_mut().enumerate() {
+                let Some(future) = slot.as_mut().as_pin_mut() else {
+                    continue;
+                };
+                let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
+                match polled {
+                    Ok(Poll::Pending) => continue,
+                    Ok(Poll::Ready(done)) => finished.push(done),
+                    Err(panic) => {
+                        if let Some(delivery) = running[lane].take() {
+                            finished.push(worker.panicked(delivery, &*panic));
+                        }
+                    }
                 }
-                continue;
+                running[lane] = None;
+                slot.set(None);
             }
-        };
-        permits.add_permits(count - batch.deliveries.len().min(count));
-        env.metrics
-            .read
-            .fetch_add(batch.deliveries.len() as u64, Ordering::SeqCst);
-        for id in &batch.dead_lettered {
+            if !finished.is_empty() {
+                return Poll::Ready(Wake::Progress);
+            }
+            if let Some(r) = read.as_mut()
+                && let Poll::Ready(result) = r.as_mut().poll(cx)
+            {
+                return Poll::Ready(Wake::Read(result));
+            }
+            if let Some(b) = backing_off.as_mut()
+                && b.as_mut().poll(cx).is_ready()
+            {
+                return Poll::Ready(Wake::BackedOff);
+            }
+            if !stopping && stop.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Wake::Stop);
+            }
+            if let Some(d) = deadline.as_mut()
+                && d.as_mut().poll(cx).is_ready()
+            {
+                return Poll::Ready(Wake::Deadline);
+            }
+            Poll::Pending
+        })
+        .await;
+
+        match wake {
+            Wake::Progress => {
+                for done in finished.drain(..) {
+                    worker.observe(&done.delivery, || done.settlement);
+                    ops.push(done.op);
+                    held -= 1;
+                }
+            }
+            Wake::Read(result) => {
+                read = None;
+                match result {
+                    Ok(batch) => {
+                        backoff.reset();
+                        env.metrics
+                            .read
+                            .fetch_add(batch.deliveries.len() as u64, Ordering::SeqCst);
+                        worker.report_dead_lettered(&batch.dead_lettered);
+                        held += batch.deliveries.len();
+                        for delivery in batch.deliveries {
+                            let lane = worker.lane_for(&delivery, &queues, &slots);
+                            queues[lane].push_back(delivery);
+                        }
+                    }
+                    Err(error) => {
+                        let delay = backoff.next_delay();
+                        worker.read_failed(&error, delay).await;
+                        backing_off = Some(Box::pin(tokio::time::sleep(delay)));
+                    }
+                }
+            }
+            Wake::BackedOff => backing_off = None,
+            Wake::Stop => {
+                stopping = true;
+                read = None; // a blocking read in flight is abandoned
+                backing_off = None;
+                for queue in &mut queues {
+                    for delivery in queue.drain(..) {
+                        Metrics::add(&env.metrics.handed_back, 1);
+                        worker.observe(&delivery, || Settlement::HandedBack);
+                        ops.push(Op::After(delivery.id(), Duration::ZERO));
+                        held -= 1;
+                    }
+                }
+                let grace = env.shutdown.borrow().unwrap_or(Duration::ZERO);
+                deadline = Some(Box::pin(tokio::time::sleep(grace)));
+            }
+            Wake::Deadline => {
+                for (lane, slot) in slots.iter_mut().enumerate() {
+                    if let Some(delivery) = running[lane].take() {
+                        tracing::warn!(
+                            subscriber = env.name,
+                            id = %delivery.id(),
+                            "handler still running at the shutdown deadline: stopped, entry handed back"
+                        );
+                        slot.set(None);
+                        worker.observe(&delivery, || Settlement::HandedBack);
+                        ops.push(Op::After(delivery.id(), Duration::ZERO));
+                        held -= 1;
+                    }
+                }
+            }
+        }
+        if !ops.is_empty() {
+            // One hand-over per wake, however many entries finished.
+            let _ = settle.send(std::mem::take(&mut ops));
+        }
+        // A broker that always has work ready (the memory broker answers at
+        // once) would otherwise keep this task from ever yielding.
+        tokio::task::consume_budget().await;
+    }
+}
+
+struct Worker<S> {
+    subscriber: Arc<S>,
+    env: Env,
+}
+
+impl<S: Subscriber> Worker<S> {
+    /// The lane for `delivery`: by its partition key with `by_key`, else the
+    /// least busy lane.
+    fn lane_for<F>(
+        &self,
+        delivery: &Delivery,
+        queues: &[VecDeque<Delivery>],
+        slots: &[Pin<Box<Option<F>>>],
+    ) -> usize {
+        let key = self
+            .env
+            .subscription
+            .by_key
+            .then(|| {
+                delivery
+                    .entry
+                    .headers()
+                    .get_str(crate::PARTITION_KEY_HEADER)
+            })
+            .flatten();
+        match key {
+            Some(key) => {
+                let mut h = DefaultHasher::new();
+                key.hash(&mut h);
+                (h.finish() % queues.len() as u64) as usize
+            }
+            None => (0..queues.len())
+                .min_by_key(|&lane| queues[lane].len() + usize::from(slots[lane].is_some()))
+                .unwrap_or(0),
+        }
+    }
+
+    fn report_dead_lettered(&self, ids: &[EntryId]) {
+        let env = &self.env;
+        for id in ids {
             Metrics::add(&env.metrics.dead_lettered, 1);
             tracing::warn!(
                 subscriber = env.name,
@@ -322,117 +475,53 @@ async fn read_loop(env: &Env, permits: &Arc<Semaphore>, lanes: &[Lane]) {
                 "entry dead-lettered: delivered max_deliveries times"
             );
         }
-        for delivery in batch.deliveries {
-            dispatch(env, lanes, delivery);
-        }
     }
-}
 
-/// Handles a failed read: backs off (with jitter) and, for a group the
-/// broker lost, recreates it. Returns `false` if shutdown came meanwhile.
-async fn recover(
-    env: &Env,
-    error: &BrokerError,
-    backoff: &mut Backoff,
-    shutdown: &mut watch::Receiver<Option<Duration>>,
-) -> bool {
-    let delay = backoff.next_delay();
-    tracing::error!(
-        subscriber = env.name,
-        stream = env.stream(),
-        group = env.group(),
-        %error,
-        retry_in = ?delay,
-        "read failed"
-    );
-    tokio::select! {
-        _ = tokio::time::sleep(delay) => {}
-        _ = shutdown.changed() => return false,
-    }
-    if matches!(error, BrokerError::NoGroup { .. }) {
-        let start = env.subscription.stream.start();
-        match env
-            .broker
-            .ensure_group(env.stream(), env.group(), start)
-            .await
-        {
-            Ok(true) => tracing::warn!(
-                stream = env.stream(),
-                group = env.group(),
-                ?start,
-                "consumer group was missing (server restart or flush?): recreated"
-            ),
-            Ok(false) => {}
-            Err(e) => tracing::error!(%e, "could not recreate the consumer group"),
-        }
-    }
-    !env.stopping()
-}
-
-struct Lane {
-    tx: mpsc::UnboundedSender<Delivery>,
-    queued: Arc<AtomicUsize>,
-    /// The entry this lane's handler is running, for shutdown.
-    running: Arc<Mutex<Option<EntryId>>>,
-}
-
-fn dispatch(env: &Env, lanes: &[Lane], delivery: Delivery) {
-    let key = env
-        .subscription
-        .by_key
-        .then(|| {
-            delivery
-                .entry
-                .headers()
-                .get_str(crate::PARTITION_KEY_HEADER)
-        })
-        .flatten();
-    let lane = match key {
-        Some(key) => {
-            let mut h = DefaultHasher::new();
-            key.hash(&mut h);
-            &lanes[(h.finish() % lanes.len() as u64) as usize]
-        }
-        None => lanes
-            .iter()
-            .min_by_key(|l| l.queued.load(Ordering::Relaxed))
-            .unwrap_or(&lanes[0]),
-    };
-    lane.queued.fetch_add(1, Ordering::Relaxed);
-    if let Err(returned) = lane.tx.send(delivery) {
-        // The lane is gone (it panicked outside a handler, which the lane
-        // code does not do); hand the entry back rather than lose it.
-        lane.queued.fetch_sub(1, Ordering::Relaxed);
-        tracing::error!(id = %returned.0.id(), "worker lane closed; entry left pending");
-    }
-}
-
-struct LaneWorker<S> {
-    subscriber: Arc<S>,
-    env: Env,
-    settle: mpsc::UnboundedSender<Op>,
-    permits: Arc<Semaphore>,
-    queued: Arc<AtomicUsize>,
-    running: Arc<Mutex<Option<EntryId>>>,
-}
-
-impl<S: Subscriber> LaneWorker<S> {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<Delivery>) {
-        while let Some(delivery) = rx.recv().await {
-            self.queued.fetch_sub(1, Ordering::Relaxed);
-            let id = delivery.id();
-            if self.env.stopping() {
-                Metrics::add(&self.env.metrics.handed_back, 1);
-                self.observe(&delivery, || Settlement::HandedBack);
-                let _ = self.settle.send(Op::After(id, Duration::ZERO));
-            } else {
-                self.set_running(Some(id));
-                let (op, settlement) = self.handle(&delivery).await;
-                self.set_running(None);
-                self.observe(&delivery, || settlement);
-                let _ = self.settle.send(op);
+    /// Logs a failed read and, for a group the broker lost, recreates it.
+    async fn read_failed(&self, error: &BrokerError, retry_in: Duration) {
+        let env = &self.env;
+        tracing::error!(
+            subscriber = env.name,
+            stream = env.stream(),
+            group = env.group(),
+            %error,
+            ?retry_in,
+            "read failed"
+        );
+        if matches!(error, BrokerError::NoGroup { .. }) {
+            let start = env.subscription.stream.start();
+            match env
+                .broker
+                .ensure_group(env.stream(), env.group(), start)
+                .await
+            {
+                Ok(true) => tracing::warn!(
+                    stream = env.stream(),
+                    group = env.group(),
+                    ?start,
+                    "consumer group was missing (server restart or flush?): recreated"
+                ),
+                Ok(false) => {}
+                Err(e) => tracing::error!(%e, "could not recreate the consumer group"),
             }
-            self.permits.add_permits(1);
+        }
+    }
+
+    /// The outcome of a handler that panicked: retried, and logged.
+    fn panicked(&self, delivery: Delivery, panic: &(dyn Any + Send)) -> Done {
+        Metrics::add(&self.env.metrics.panicked, 1);
+        let message = panic_message(panic);
+        report!(
+            self,
+            &delivery,
+            error!(panic = %message, "handler panicked; entry will be retried")
+        );
+        let (op, settlement) =
+            self.retry(delivery.id(), Some(format!("handler panicked: {message}")));
+        Done {
+            delivery,
+            op,
+            settlement,
         }
     }
 
@@ -447,10 +536,6 @@ impl<S: Subscriber> LaneWorker<S> {
                 settlement: &settlement(),
             });
         }
-    }
-
-    fn set_running(&self, id: Option<EntryId>) {
-        *self.running.lock().unwrap_or_else(|p| p.into_inner()) = id;
     }
 
     /// Runs the handler on one delivery and decides how to settle it.
@@ -502,27 +587,18 @@ impl<S: Subscriber> LaneWorker<S> {
                 &env.consumer,
                 &env.publisher,
             );
-            catch_unwind(self.subscriber.handle(&mut ctx)).await
+            self.subscriber.handle(&mut ctx).await
         };
         let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         Metrics::add(&env.metrics.handler_nanos, nanos);
-        env.metrics
-            .handler_max_nanos
-            .fetch_max(nanos, Ordering::Relaxed);
-        let settle = match outcome {
-            Ok(settle) => settle,
-            Err(panic) => {
-                Metrics::add(&env.metrics.panicked, 1);
-                let message = panic_message(&*panic);
-                report!(
-                    self,
-                    delivery,
-                    error!(panic = %message, "handler panicked; entry will be retried")
-                );
-                return self.retry(id, Some(format!("handler panicked: {message}")));
-            }
-        };
-        match settle {
+        // A load first: the maximum rarely moves, and a plain load is far
+        // cheaper than the compare-and-swap loop of fetch_max.
+        if nanos > env.metrics.handler_max_nanos.load(Ordering::Relaxed) {
+            env.metrics
+                .handler_max_nanos
+                .fetch_max(nanos, Ordering::Relaxed);
+        }
+        match outcome {
             Settle::Outcome(HandlerOutcome::Ack) => (Op::Ack(id), Settlement::Acked),
             Settle::Outcome(HandlerOutcome::Retry) => {
                 tracing::debug!("handler asked for a retry");
@@ -623,20 +699,6 @@ fn dead(id: EntryId, reason: String) -> (Op, Settlement) {
     (Op::Dead(id, reason), settlement)
 }
 
-/// Polls `future`, turning a panic inside it into an `Err` (without an
-/// allocation or a spawned task per call).
-async fn catch_unwind<F: Future>(future: F) -> Result<F::Output, Box<dyn Any + Send>> {
-    let mut future = pin!(future);
-    std::future::poll_fn(move |cx| {
-        match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(panic) => Poll::Ready(Err(panic)),
-        }
-    })
-    .await
-}
-
 fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
@@ -648,14 +710,14 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
 }
 
 /// Applies settle decisions in batches until every sender is gone.
-async fn settle_loop(env: Env, mut rx: mpsc::UnboundedReceiver<Op>) {
+async fn settle_loop(env: Env, mut rx: mpsc::UnboundedReceiver<Vec<Op>>) {
     let mut ops = Vec::new();
     let mut batch = SettleBatch::default();
-    while let Some(op) = rx.recv().await {
-        ops.push(op);
+    while let Some(more) = rx.recv().await {
+        ops.extend(more);
         while ops.len() < SETTLE_BATCH {
             match rx.try_recv() {
-                Ok(op) => ops.push(op),
+                Ok(more) => ops.extend(more),
                 Err(_) => break,
             }
         }
@@ -820,13 +882,5 @@ mod tests {
         assert!(delays[11] >= Backoff::MAX / 2);
         b.reset();
         assert!(b.next_delay() <= Duration::from_millis(50));
-    }
-
-    #[tokio::test]
-    async fn catch_unwind_turns_a_panic_into_an_error() {
-        let ok = catch_unwind(async { 7 }).await;
-        assert_eq!(ok.ok(), Some(7));
-        let err = catch_unwind(async { panic!("boom") }).await;
-        assert_eq!(panic_message(&*err.err().unwrap()), "boom");
     }
 }
