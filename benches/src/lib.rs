@@ -3,6 +3,8 @@
 //! - [`counting`]: the counting global allocator behind every
 //!   "allocations per message" figure. Linking this crate installs it as
 //!   the program's global allocator; it counts only while switched on.
+//! - [`Probe`]: how a benchmark's handlers tell the timing task that the
+//!   last message was handled.
 
 /// Counts heap allocations while switched on.
 ///
@@ -78,5 +80,49 @@ pub mod counting {
     /// Allocations counted so far.
     pub fn allocations() -> u64 {
         ALLOCATIONS.load(Ordering::Relaxed)
+    }
+}
+
+/// Counts handled messages and wakes the timing task at the last one, so
+/// that nothing polls while a run is timed.
+#[derive(Debug)]
+pub struct Probe {
+    /// Messages handled since [`Probe::arm`].
+    pub handled: std::sync::atomic::AtomicU64,
+    target: std::sync::atomic::AtomicU64,
+    /// Notified once `target` messages have been handled.
+    pub done: tokio::sync::Notify,
+}
+
+impl Probe {
+    /// A probe that is not counting towards anything yet.
+    pub const fn new() -> Self {
+        Probe {
+            handled: std::sync::atomic::AtomicU64::new(0),
+            target: std::sync::atomic::AtomicU64::new(u64::MAX),
+            done: tokio::sync::Notify::const_new(),
+        }
+    }
+
+    /// Starts counting towards `target` handled messages.
+    pub fn arm(&self, target: u64) {
+        use std::sync::atomic::Ordering;
+        self.handled.store(0, Ordering::SeqCst);
+        self.target.store(target, Ordering::SeqCst);
+    }
+
+    /// One message handled; the last one wakes the timing task.
+    pub fn handled_one(&self) {
+        use std::sync::atomic::Ordering;
+        let n = self.handled.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == self.target.load(Ordering::Relaxed) {
+            self.done.notify_one();
+        }
+    }
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe::new()
     }
 }

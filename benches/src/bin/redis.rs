@@ -40,15 +40,14 @@
 
 use std::error::Error;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use redis::Value;
 use ruststream::prelude::*;
 use ruststream::{Broker, Message, ReadMode, ReadRequest};
-use ruststream_benches::counting;
+use ruststream_benches::{Probe, counting};
 use ruststream_redis::RedisBroker;
-use tokio::sync::Notify;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
 
@@ -90,31 +89,7 @@ fn stream_name() -> String {
     STREAM.lock().map(|s| s.clone()).unwrap_or_default()
 }
 
-struct Probe {
-    handled: AtomicU64,
-    target: AtomicU64,
-    done: Notify,
-}
-
-static PROBE: Probe = Probe {
-    handled: AtomicU64::new(0),
-    target: AtomicU64::new(u64::MAX),
-    done: Notify::const_new(),
-};
-
-impl Probe {
-    fn arm(&self, target: u64) {
-        self.handled.store(0, Ordering::SeqCst);
-        self.target.store(target, Ordering::SeqCst);
-    }
-
-    fn handled_one(&self) {
-        let n = self.handled.fetch_add(1, Ordering::Relaxed) + 1;
-        if n == self.target.load(Ordering::Relaxed) {
-            self.done.notify_one();
-        }
-    }
-}
+static PROBE: Probe = Probe::new();
 
 #[subscriber(
     RedisStream::new(stream_name()).group(GROUP).start_id(StreamStart::Beginning),

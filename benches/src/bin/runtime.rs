@@ -79,9 +79,8 @@ use ruststream::{
     Broker, BrokerFuture, ConsumerInfo, DeadLetter, Entry, GroupInfo, Message, PendingEntry,
     ReadBatch, ReadMode, ReadRequest, Retry, StreamInfo, Subscriber, Trim,
 };
-use ruststream_benches::counting;
+use ruststream_benches::{Probe, counting};
 use tokio::runtime::Runtime;
-use tokio::sync::Notify;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
 
@@ -131,34 +130,7 @@ fn payload(i: u64) -> Vec<u8> {
     .into_bytes()
 }
 
-/// What the handlers report to the timing task.
-struct Probe {
-    handled: AtomicU64,
-    target: AtomicU64,
-    done: Notify,
-}
-
-static PROBE: Probe = Probe {
-    handled: AtomicU64::new(0),
-    target: AtomicU64::new(u64::MAX),
-    done: Notify::const_new(),
-};
-
-impl Probe {
-    /// Starts counting towards `target` handled messages.
-    fn arm(&self, target: u64) {
-        self.handled.store(0, Ordering::SeqCst);
-        self.target.store(target, Ordering::SeqCst);
-    }
-
-    /// One message handled; the last one wakes the timing task.
-    fn handled_one(&self) {
-        let n = self.handled.fetch_add(1, Ordering::Relaxed) + 1;
-        if n == self.target.load(Ordering::Relaxed) {
-            self.done.notify_one();
-        }
-    }
-}
+static PROBE: Probe = Probe::new();
 
 #[subscriber(
     RedisStream::new(STREAM).group(FRAMEWORK_GROUP).start_id(StreamStart::Beginning),
