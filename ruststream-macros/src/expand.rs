@@ -425,7 +425,7 @@ mod tests {
             quote!(),
             quote!(
                 fn build() -> impl App {
-                    todo!()
+                    RustStream::new(AppInfo::new("app", "1"))
                 }
             ),
         ));
