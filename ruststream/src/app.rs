@@ -526,8 +526,10 @@ pub enum StartError {
     },
 }
 
-/// A started app. Dropping it leaves the subscribers running until the
-/// runtime ends; call [`Running::shutdown`] for a graceful stop.
+/// A started app. Call [`Running::shutdown`] for a graceful stop. Dropping
+/// it stops the subscriptions without a grace period: handlers still
+/// running are dropped, and their entries and those not yet started are
+/// handed back for immediate redelivery.
 pub struct Running {
     info: AppInfo,
     signal: watch::Sender<Option<Duration>>,

@@ -781,3 +781,35 @@ async fn every_delivery_runs_in_a_span_naming_stream_group_consumer_id_and_count
     );
     app.shutdown().await;
 }
+
+static DROPPED: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
+#[subscriber(RedisStream::new("dropped").group("g"))]
+async fn dropped_handler(_job: &Job) {
+    let _ = DROPPED.acquire().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_running_app_hands_everything_back() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(dropped_handler);
+    })
+    .await;
+    publish(&broker, "dropped", [job(1), job(2)]).await;
+    until("running", async || {
+        broker.group_info("dropped", "g").await.unwrap().pending == 2
+    })
+    .await;
+    drop(app);
+    until("handed back", async || {
+        pending(&broker, "dropped", "g")
+            .await
+            .iter()
+            .all(|p| p.consumer.is_none())
+    })
+    .await;
+    let p = pending(&broker, "dropped", "g").await;
+    assert_eq!(p.len(), 2, "nothing acked, nothing lost");
+    assert!(p.iter().all(|p| p.owed_in_ms == Some(0)), "{p:?}");
+}
