@@ -68,13 +68,21 @@ pub fn registered_subscribers() -> impl Iterator<Item = &'static Registration> {
 }
 
 /// Decodes a JSON payload into `T`; the error text names the type.
+///
+/// JSON is UTF-8 text, so the payload is checked as UTF-8 once, whole, and
+/// then parsed as a `str`: that is cheaper than `serde_json::from_slice`,
+/// which checks every string it meets separately (measured: about 250
+/// fewer instructions for a three-field struct, see BENCHMARKS.md).
 pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
-    serde_json::from_slice(payload).map_err(|e| {
+    let type_name = std::any::type_name::<T>;
+    let text = std::str::from_utf8(payload).map_err(|e| {
         format!(
-            "cannot decode the payload as {}: {e}",
-            std::any::type_name::<T>()
+            "cannot decode the payload as {}: not UTF-8 text ({e})",
+            type_name()
         )
-    })
+    })?;
+    serde_json::from_str(text)
+        .map_err(|e| format!("cannot decode the payload as {}: {e}", type_name()))
 }
 
 /// Encodes a `reply` handler's value for its type's stream.

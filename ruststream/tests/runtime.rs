@@ -572,6 +572,68 @@ async fn by_key_lanes_keep_each_keys_order_and_run_at_most_n_at_once() {
     app.shutdown().await;
 }
 
+/// Handlers that block on `job.n == 0` (or on key "slow") until released.
+static SLOW: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+static FREE_LANE: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+static FREE_KEYED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+async fn block_if_slow(job: &Job, log: &Mutex<Vec<u64>>) {
+    if job.n == 0 || job.key == "slow" {
+        let _ = SLOW.acquire().await.map(|p| p.forget());
+    }
+    log.lock().unwrap().push(job.n);
+}
+
+#[subscriber(RedisStream::new("free-lane").group("g"), workers(2))]
+async fn free_lane(job: &Job) {
+    block_if_slow(job, &FREE_LANE).await;
+}
+
+#[subscriber(RedisStream::new("free-keyed").group("g"), workers(2, by_key))]
+async fn free_keyed(job: &Job) {
+    block_if_slow(job, &FREE_KEYED).await;
+}
+
+/// Keyless entries are not tied to a lane: while one lane is stuck on a
+/// slow entry, every later entry runs on the other lane, with or without
+/// `by_key`.
+#[tokio::test(start_paused = true)]
+async fn keyless_entries_go_to_any_free_lane_while_another_is_stuck() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(free_lane);
+        b.include(free_keyed);
+    })
+    .await;
+    let publisher = Publisher::new(Arc::new(broker.clone()));
+    publish(&broker, "free-lane", (0..11).map(job)).await;
+    let slow = Job {
+        n: 100,
+        key: "slow".into(),
+    };
+    publisher
+        .publish(&slow)
+        .to("free-keyed")
+        .partition_key("slow")
+        .await
+        .unwrap();
+    publish(&broker, "free-keyed", (1..11).map(job)).await;
+
+    until("the free lanes ran everything else", async || {
+        FREE_LANE.lock().unwrap().len() == 10 && FREE_KEYED.lock().unwrap().len() == 10
+    })
+    .await;
+    assert_eq!(*FREE_LANE.lock().unwrap(), (1..11).collect::<Vec<_>>());
+    assert_eq!(*FREE_KEYED.lock().unwrap(), (1..11).collect::<Vec<_>>());
+
+    SLOW.add_permits(2);
+    until("the slow entries finished", async || {
+        FREE_LANE.lock().unwrap().len() == 11 && FREE_KEYED.lock().unwrap().len() == 11
+    })
+    .await;
+    app.shutdown().await;
+}
+
 static STUCK: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
 static STUCK_STARTED: AtomicUsize = AtomicUsize::new(0);
 

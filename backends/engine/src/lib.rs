@@ -37,9 +37,12 @@
 
 #![forbid(unsafe_code)]
 
+mod idmap;
 mod journal;
 
 pub use journal::{Change, GroupChange, RestoreReport};
+
+use idmap::IdMap;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
@@ -145,7 +148,7 @@ impl StreamChange {
 #[derive(Debug)]
 struct Group {
     cursor: EntryId,
-    pending: BTreeMap<EntryId, Pending>,
+    pending: IdMap<Pending>,
     /// Held entries as (last delivery time, id), in delivery order, which is
     /// time order while the clock does not step back. Kept lazily: acks and
     /// redeliveries leave stale records behind, which reads drop from the
@@ -211,7 +214,7 @@ impl Group {
         Group {
             log: recording.then(Vec::new),
             cursor,
-            pending: BTreeMap::new(),
+            pending: IdMap::default(),
             held_by_time: VecDeque::new(),
             owed_by_time: BTreeSet::new(),
             consumers: Vec::new(),
@@ -599,7 +602,7 @@ impl Engine {
         if let ReadMode::OwnPending { after } = req.mode {
             let own: Vec<EntryId> = g
                 .pending
-                .range((Bound::Excluded(after), Bound::Unbounded))
+                .range_from(Bound::Excluded(after))
                 .filter(|(_, p)| p.claim == Claim::Held { consumer })
                 .map(|(id, _)| *id)
                 .take(req.count)
@@ -672,10 +675,7 @@ impl Engine {
                 .chain(entries.range(start..));
             // Only a cursor moved back can have pending or dead entries
             // after it; checking that once keeps the common path lookup-free.
-            let rewound = g
-                .pending
-                .last_key_value()
-                .is_some_and(|(id, _)| *id > g.cursor)
+            let rewound = g.pending.last_key().is_some_and(|id| id > g.cursor)
                 || g.dead
                     .last_key_value()
                     .is_some_and(|(id, _)| *id > g.cursor);
@@ -964,7 +964,7 @@ impl Engine {
             None => None,
         };
         Ok(g.pending
-            .range(from..)
+            .range_from(Bound::Included(from))
             .filter(|(_, p)| only.is_none_or(|ix| p.claim == Claim::Held { consumer: ix }))
             .take(count)
             .map(|(id, p)| PendingEntry {

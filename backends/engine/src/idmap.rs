@@ -1,0 +1,234 @@
+//! [`IdMap`]: an ordered map keyed by entry id, made for a pending list.
+//!
+//! A group's pending list is written in a pattern a tree serves poorly:
+//! new deliveries arrive in increasing id order (the cursor only moves
+//! forward, except after a `set_id` back), and acks mostly leave from the
+//! front. `IdMap` keeps `(id, slot)` pairs sorted by id in a ring buffer:
+//! an insert past the last id is a push at the back, a lookup is a binary
+//! search over contiguous memory, and a removal empties the slot in place
+//! (a tombstone) and pops tombstones off both ends. Tombstones left in the
+//! middle (behind an entry held for a long time) are swept out once they
+//! outnumber the live entries, so every operation stays amortised cheap.
+//! Inserting below the last id shifts the tail, which is linear, but only a
+//! cursor moved back or a journal replay in an odd order does that.
+
+use std::collections::VecDeque;
+use std::ops::Bound;
+
+use ruststream_core::EntryId;
+
+/// Tombstones tolerated beyond the live count before a sweep.
+const SLACK: usize = 64;
+
+/// An ordered map from [`EntryId`] to `V` (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct IdMap<V> {
+    /// Sorted by id; `None` marks a removed entry. Neither end is `None`.
+    slots: VecDeque<(EntryId, Option<V>)>,
+    live: usize,
+}
+
+impl<V> Default for IdMap<V> {
+    fn default() -> Self {
+        IdMap {
+            slots: VecDeque::new(),
+            live: 0,
+        }
+    }
+}
+
+impl<V> IdMap<V> {
+    /// Where `id` is (`Ok`) or would go (`Err`). Acks mostly take the
+    /// oldest entry, and stale lookups mostly ask for ids already gone from
+    /// the front, so the front is checked before searching.
+    fn position(&self, id: &EntryId) -> Result<usize, usize> {
+        match self.slots.front() {
+            None => Err(0),
+            Some((first, _)) if first >= id => {
+                if first == id {
+                    Ok(0)
+                } else {
+                    Err(0)
+                }
+            }
+            Some(_) => self.slots.binary_search_by(|(k, _)| k.cmp(id)),
+        }
+    }
+
+    /// The number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.live
+    }
+
+    /// The value under `id`.
+    pub(crate) fn get(&self, id: &EntryId) -> Option<&V> {
+        let at = self.position(id).ok()?;
+        self.slots[at].1.as_ref()
+    }
+
+    /// Whether `id` is in the map.
+    pub(crate) fn contains_key(&self, id: &EntryId) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Puts `value` under `id`, returning the value it replaced.
+    pub(crate) fn insert(&mut self, id: EntryId, value: V) -> Option<V> {
+        if self.slots.back().is_none_or(|(last, _)| *last < id) {
+            self.slots.push_back((id, Some(value)));
+            self.live += 1;
+            return None;
+        }
+        match self.position(&id) {
+            Ok(at) => {
+                let old = self.slots[at].1.replace(value);
+                if old.is_none() {
+                    self.live += 1;
+                }
+                old
+            }
+            Err(at) => {
+                self.slots.insert(at, (id, Some(value)));
+                self.live += 1;
+                None
+            }
+        }
+    }
+
+    /// Takes the value under `id` out of the map.
+    pub(crate) fn remove(&mut self, id: &EntryId) -> Option<V> {
+        let at = self.position(id).ok()?;
+        let old = self.slots[at].1.take()?;
+        self.live -= 1;
+        while self.slots.front().is_some_and(|(_, v)| v.is_none()) {
+            self.slots.pop_front();
+        }
+        while self.slots.back().is_some_and(|(_, v)| v.is_none()) {
+            self.slots.pop_back();
+        }
+        if self.slots.len() > 2 * self.live + SLACK {
+            self.slots.retain(|(_, v)| v.is_some());
+        }
+        Some(old)
+    }
+
+    /// The largest id in the map.
+    pub(crate) fn last_key(&self) -> Option<EntryId> {
+        // Neither end is ever a tombstone.
+        self.slots.back().map(|(id, _)| *id)
+    }
+
+    /// Entries in id order.
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = (&EntryId, &V)> + '_ {
+        self.iter_from(0)
+    }
+
+    /// Ids in order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &EntryId> + '_ {
+        self.iter().map(|(id, _)| id)
+    }
+
+    /// Values in id order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> + '_ {
+        self.iter().map(|(_, v)| v)
+    }
+
+    /// Entries with ids past `from`, in id order.
+    pub(crate) fn range_from(
+        &self,
+        from: Bound<EntryId>,
+    ) -> impl DoubleEndedIterator<Item = (&EntryId, &V)> + '_ {
+        let start = match from {
+            Bound::Included(id) => self.slots.partition_point(|(k, _)| *k < id),
+            Bound::Excluded(id) => self.slots.partition_point(|(k, _)| *k <= id),
+            Bound::Unbounded => 0,
+        };
+        self.iter_from(start)
+    }
+
+    fn iter_from(&self, start: usize) -> impl DoubleEndedIterator<Item = (&EntryId, &V)> + '_ {
+        self.slots
+            .range(start..)
+            .filter_map(|(id, v)| v.as_ref().map(|v| (id, v)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn id(n: u64) -> EntryId {
+        EntryId::new(n, 0)
+    }
+
+    /// Random inserts and removals, in the delivery-like pattern and out of
+    /// it, agree with a `BTreeMap` at every step.
+    #[test]
+    fn agrees_with_a_btreemap() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut map = IdMap::default();
+        let mut model = BTreeMap::new();
+        let mut top = 0u64;
+        for step in 0..20_000u64 {
+            match next(10) {
+                // Mostly appends past the end, like new deliveries.
+                0..=3 => {
+                    top += 1 + next(3);
+                    assert_eq!(map.insert(id(top), step), model.insert(id(top), step));
+                }
+                // Sometimes anywhere, like a cursor moved back.
+                4 => {
+                    let k = id(next(top + 2));
+                    assert_eq!(map.insert(k, step), model.insert(k, step));
+                }
+                // Removals, mostly of the oldest, like in-order acks.
+                5..=7 => {
+                    let k = model.keys().next().copied().unwrap_or(id(0));
+                    assert_eq!(map.remove(&k), model.remove(&k));
+                }
+                _ => {
+                    let k = id(next(top + 2));
+                    assert_eq!(map.remove(&k), model.remove(&k));
+                }
+            }
+            assert_eq!(map.len(), model.len());
+            assert_eq!(map.last_key(), model.keys().next_back().copied());
+            let probe = id(next(top + 2));
+            assert_eq!(map.get(&probe), model.get(&probe));
+            if step % 97 == 0 {
+                assert!(map.iter().eq(model.iter()));
+                assert!(
+                    map.range_from(Bound::Excluded(probe))
+                        .eq(model.range((Bound::Excluded(probe), Bound::Unbounded)))
+                );
+                assert!(
+                    map.range_from(Bound::Included(probe))
+                        .eq(model.range(probe..))
+                );
+            }
+        }
+    }
+
+    /// An entry held at the front while everything behind it is acked
+    /// leaves a bounded number of tombstones.
+    #[test]
+    fn tombstones_behind_a_stuck_entry_are_swept() {
+        let mut map = IdMap::default();
+        map.insert(id(0), ());
+        for n in 1..10_000 {
+            map.insert(id(n), ());
+            if n > 1 {
+                map.remove(&id(n - 1));
+            }
+        }
+        assert!(map.slots.len() <= 2 * map.len() + SLACK + 1);
+        assert!(map.contains_key(&id(0)));
+    }
+}
