@@ -358,6 +358,9 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
         // Start a handler on every idle lane with work queued: the lane's
         // own entries first, then shared ones.
         let mut delivered = 0;
+        // Spans at debug level can be on only when the level filter lets
+        // debug through: checked once here, not once per entry.
+        let traced = tracing::level_filters::LevelFilter::current() >= tracing::Level::DEBUG;
         for lane in 0..lanes {
             if slots[lane].is_some() {
                 continue;
@@ -370,7 +373,11 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                     None => continue,
                 },
             };
-            spans[lane] = worker.delivery_span(&next);
+            spans[lane] = if traced {
+                worker.delivery_span(&next)
+            } else {
+                None
+            };
             running[lane] = Some(next.clone());
             started[lane] = now;
             slots[lane].set(Some(handle_one(worker, next)));

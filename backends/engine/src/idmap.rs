@@ -41,6 +41,7 @@ impl<V> IdMap<V> {
     /// Where `id` is (`Ok`) or would go (`Err`). Acks mostly take the
     /// oldest entry, and stale lookups mostly ask for ids already gone from
     /// the front, so the front is checked before searching.
+    #[inline]
     fn position(&self, id: &EntryId) -> Result<usize, usize> {
         match self.slots.front() {
             None => Err(0),
@@ -61,6 +62,7 @@ impl<V> IdMap<V> {
     }
 
     /// The value under `id`.
+    #[inline]
     pub(crate) fn get(&self, id: &EntryId) -> Option<&V> {
         let at = self.position(id).ok()?;
         self.slots[at].1.as_ref()
@@ -72,6 +74,7 @@ impl<V> IdMap<V> {
     }
 
     /// Puts `value` under `id`, returning the value it replaced.
+    #[inline]
     pub(crate) fn insert(&mut self, id: EntryId, value: V) -> Option<V> {
         if self.slots.back().is_none_or(|(last, _)| *last < id) {
             self.slots.push_back((id, Some(value)));
@@ -95,6 +98,7 @@ impl<V> IdMap<V> {
     }
 
     /// Takes the value under `id` out of the map.
+    #[inline]
     pub(crate) fn remove(&mut self, id: &EntryId) -> Option<V> {
         let at = self.position(id).ok()?;
         let old = self.slots[at].1.take()?;
@@ -112,6 +116,7 @@ impl<V> IdMap<V> {
     }
 
     /// The largest id in the map.
+    #[inline]
     pub(crate) fn last_key(&self) -> Option<EntryId> {
         // Neither end is ever a tombstone.
         self.slots.back().map(|(id, _)| *id)
