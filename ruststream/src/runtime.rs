@@ -6,9 +6,11 @@
 //!                 (one task polls the read and every slot)
 //! ```
 //!
-//! - The task counts the entries read and not yet settled and reads only
+//! - The task counts the entries read and not yet handled and reads only
 //!   while that is below the subscription's read-ahead bound, asking the
-//!   broker for the room left, so read-ahead never exceeds the bound.
+//!   broker for the room left, so read-ahead never exceeds the bound. It
+//!   reads again once no more than one entry per lane is left, so reads
+//!   come in batches of most of the bound.
 //! - `workers(n)` gives n lanes, each a slot running one handler at a time;
 //!   the task polls the slots side by side, so at most n handlers run at
 //!   once and an entry costs no channel hop or task wakeup of its own.
@@ -17,15 +19,22 @@
 //!   the lane its key hashes to, which runs it before anything from the
 //!   shared queue: one key's entries are handled one after another in
 //!   stream order, and keyless entries still go to whichever lane is free.
+//! - A lane whose handler finishes starts its next entry in the same wake
+//!   of the task, so handlers that finish without waiting run back to back,
+//!   a whole read batch per wake, lanes taking turns (they finish in about
+//!   the order they were read, which keeps the broker's pending lists
+//!   cheap to settle).
 //! - A panic in a handler is caught where its slot is polled: the entry is
 //!   retried and the lane goes on.
 //! - The settler applies outcomes in batches: it takes whatever outcomes
 //!   are waiting when it wakes (the task appends them to a shared buffer
 //!   the settler swaps out, so no hand-over allocates), so a lone ack goes
 //!   out at once and a busy subscription acks many entries per broker call.
-//! - Handler time is measured with one clock read per wake of the task, not
-//!   two per entry: a handler's time runs from the wake that started it to
-//!   the wake that saw it finish.
+//! - Handler time is measured on tokio's clock (so a paused test clock
+//!   measures it too) with one read per wake of the task, not two per
+//!   entry: a handler's time runs from the wake that started it to the wake
+//!   that saw it finish, and handlers that ran back to back on one lane in
+//!   one wake share that lane's time equally.
 //! - Shutdown: reading stops, entries not started are handed back (an
 //!   immediate nack, so any consumer gets them at once), running handlers
 //!   get the deadline to finish (past it they are dropped and their entries
@@ -41,7 +50,7 @@ use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ruststream_core::{
     Broker, BrokerError, BrokerFuture, BrokerResult, Delivery, EntryId, Message, ReadBatch,
@@ -190,9 +199,10 @@ pub struct SubscriptionStats {
     /// Entries read but handed back unstarted at shutdown.
     pub handed_back: u64,
     /// Total time spent in the handler: for each call, from the runtime
-    /// starting it to the runtime seeing it finish (see the module docs of
-    /// the runtime: one clock read per wake, so the figure includes the
-    /// polls of other lanes in the same wake).
+    /// starting it to the runtime seeing it finish. The runtime reads the
+    /// clock once per wake of its task, not per call, so the figure is
+    /// exact for handlers that wait (on I/O, a timer) and shared out evenly
+    /// among handlers that finished back to back without waiting.
     pub handler_time: Duration,
     /// Longest single handler call, measured the same way.
     pub handler_max: Duration,
@@ -296,7 +306,7 @@ async fn handle_one<S: Subscriber>(worker: &Worker<S>, delivery: Delivery) -> Do
 
 /// What woke the subscription's task.
 enum Wake {
-    /// Handlers finished (their results are in `finished`).
+    /// Handlers finished (their outcomes are in `ops`).
     Progress,
     /// The read in flight returned.
     Read(BrokerResult<ReadBatch>),
@@ -308,35 +318,126 @@ enum Wake {
     BackedOff,
 }
 
+/// A subscription's lanes: the entries waiting, and one slot per lane
+/// running a handler (the future `F`).
+struct Lanes<F> {
+    /// Entries any lane may take.
+    shared: VecDeque<Delivery>,
+    /// With `by_key`, each lane's own entries; empty otherwise.
+    keyed: Vec<VecDeque<Delivery>>,
+    /// One pinned slot per lane, allocated once and refilled in place.
+    slots: Vec<Pin<Box<Option<F>>>>,
+    /// The delivery each slot runs: for the observer, and for a hand-back
+    /// if its handler panics or outlives the shutdown deadline.
+    running: Vec<Option<Delivery>>,
+    /// Each slot's delivery span, when that is enabled.
+    spans: Vec<Option<tracing::Span>>,
+    /// When each lane's handler started, in nanoseconds since the task's
+    /// epoch; for a lane that finished handlers in the current wake, when
+    /// the first of them started.
+    started: Vec<u64>,
+    /// Handlers each lane finished in the current wake.
+    finished: Vec<u32>,
+    /// Lanes that started a handler in the current wake, after finishing one.
+    restarted: Vec<bool>,
+    /// Lanes that started a handler in the current round of polls, to be
+    /// polled in the next.
+    fresh: Vec<bool>,
+}
+
+impl<F: Future<Output = Done>> Lanes<F> {
+    fn new(lanes: usize, by_key: bool) -> Self {
+        Lanes {
+            shared: VecDeque::new(),
+            keyed: if by_key {
+                (0..lanes).map(|_| VecDeque::new()).collect()
+            } else {
+                Vec::new()
+            },
+            slots: (0..lanes).map(|_| Box::pin(None)).collect(),
+            running: (0..lanes).map(|_| None).collect(),
+            spans: (0..lanes).map(|_| None).collect(),
+            started: vec![0; lanes],
+            finished: vec![0; lanes],
+            restarted: vec![false; lanes],
+            fresh: vec![false; lanes],
+        }
+    }
+
+    /// Queues `delivery`: on its key's lane with `by_key`, else shared.
+    fn queue<S: Subscriber>(&mut self, worker: &Worker<S>, delivery: Delivery) {
+        let own = if self.keyed.is_empty() {
+            None
+        } else {
+            worker.key_lane(&delivery, self.keyed.len())
+        };
+        match own {
+            Some(lane) => self.keyed[lane].push_back(delivery),
+            None => self.shared.push_back(delivery),
+        }
+    }
+
+    /// Every entry still waiting, taken out of the queues.
+    fn drain_waiting(&mut self) -> impl Iterator<Item = Delivery> + '_ {
+        self.keyed
+            .iter_mut()
+            .chain([&mut self.shared])
+            .flat_map(|queue| queue.drain(..))
+    }
+
+    /// Starts `lane`'s next entry, its own first, then a shared one, if
+    /// the lane is idle. Returns whether it started one.
+    fn start<S: Subscriber>(
+        &mut self,
+        lane: usize,
+        worker: &Worker<S>,
+        traced: bool,
+        make: &impl Fn(Delivery) -> F,
+    ) -> bool {
+        if self.slots[lane].is_some() {
+            return false;
+        }
+        let next = match self.keyed.get_mut(lane).and_then(VecDeque::pop_front) {
+            Some(delivery) => delivery,
+            None => match self.shared.pop_front() {
+                Some(delivery) => delivery,
+                None => return false,
+            },
+        };
+        self.spans[lane] = if traced {
+            worker.delivery_span(&next)
+        } else {
+            None
+        };
+        self.running[lane] = Some(next.clone());
+        self.slots[lane].set(Some(make(next)));
+        true
+    }
+
+    /// Whether nothing waits and no lane is idle: a start would find nothing.
+    fn nothing_to_start(&self) -> bool {
+        self.shared.is_empty() && self.keyed.iter().all(VecDeque::is_empty)
+    }
+}
+
 /// The subscription's one task: reads, hands entries to `workers` lanes and
 /// runs their handlers side by side, and passes outcomes to the settler.
 ///
-/// Each lane has a queue and a slot holding the handler it is running;
-/// the slots are polled by this task, so an entry costs no channel hop and
-/// no task wakeup of its own.
+/// Each lane has a slot holding the handler it is running; the slots are
+/// polled by this task, so an entry costs no channel hop and no task wakeup
+/// of its own. A lane whose handler finishes starts its next entry at once
+/// and polls it in the same wake, so handlers that finish without waiting
+/// run back to back, many per wake.
 async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
     let env = &worker.env;
-    let lanes = env.subscription.workers.max(1);
+    let lanes_n = env.subscription.workers.max(1);
     let read_ahead = env.subscription.read_ahead();
     let mode = env.subscription.stream.read_mode();
-    // Entries any lane may take, and (with `by_key`) each lane's own.
-    let mut shared: VecDeque<Delivery> = VecDeque::new();
-    let mut keyed: Vec<VecDeque<Delivery>> = if env.subscription.by_key {
-        (0..lanes).map(|_| VecDeque::new()).collect()
-    } else {
-        Vec::new()
-    };
-    // One pinned slot per lane, allocated once and refilled in place.
-    let mut slots: Vec<Pin<Box<Option<_>>>> = (0..lanes).map(|_| Box::pin(None)).collect();
-    // The delivery each slot runs (for the observer, and for a hand-back
-    // if its handler panics or outlives the shutdown deadline), and when it
-    // started, in nanoseconds since `epoch`.
-    let mut running: Vec<Option<Delivery>> = (0..lanes).map(|_| None).collect();
-    let epoch = Instant::now();
+    let make = |delivery| handle_one(worker, delivery);
+    let mut lanes = Lanes::new(lanes_n, env.subscription.by_key);
+    // tokio's clock, so that a paused test clock measures handlers too.
+    let epoch = tokio::time::Instant::now();
     let mut now = 0u64;
-    let mut started: Vec<u64> = vec![0; lanes];
-    // Each slot's delivery span, when that is enabled.
-    let mut spans: Vec<Option<tracing::Span>> = (0..lanes).map(|_| None).collect();
     let mut held = 0usize; // entries read and not yet settled
     let mut read: Option<BrokerFuture<'_, ReadBatch>> = None;
     let mut backoff = Backoff::new();
@@ -351,40 +452,22 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
             }
         }
     });
-    let mut finished: Vec<(usize, Done)> = Vec::new();
     let mut ops: Vec<Op> = Vec::new();
 
     loop {
-        // Start a handler on every idle lane with work queued: the lane's
-        // own entries first, then shared ones.
-        let mut delivered = 0;
         // Spans at debug level can be on only when the level filter lets
-        // debug through: checked once here, not once per entry.
+        // debug through: checked once per wake, not once per entry.
         let traced = tracing::level_filters::LevelFilter::current() >= tracing::Level::DEBUG;
-        for lane in 0..lanes {
-            if slots[lane].is_some() {
-                continue;
+        // Start a handler on every idle lane with work queued.
+        let mut delivered = 0;
+        for lane in 0..lanes_n {
+            if lanes.nothing_to_start() {
+                break;
             }
-            let next = match keyed.get_mut(lane).and_then(VecDeque::pop_front) {
-                Some(delivery) => delivery,
-                None => match shared.pop_front() {
-                    Some(delivery) => delivery,
-                    None if keyed.is_empty() => break,
-                    None => continue,
-                },
-            };
-            spans[lane] = if traced {
-                worker.delivery_span(&next)
-            } else {
-                None
-            };
-            running[lane] = Some(next.clone());
-            started[lane] = now;
-            slots[lane].set(Some(handle_one(worker, next)));
-            delivered += 1;
-        }
-        if delivered > 0 {
-            Metrics::add(&env.metrics.delivered, delivered);
+            if lanes.start(lane, worker, traced, &make) {
+                lanes.started[lane] = now;
+                delivered += 1;
+            }
         }
         if stopping && held == 0 {
             break;
@@ -393,7 +476,7 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
         // than one entry per lane is left: reads then come in batches of
         // most of the read-ahead rather than one entry at a time, and no
         // lane runs dry while the read is out.
-        let low_water = lanes.min(read_ahead.saturating_sub(1));
+        let low_water = lanes_n.min(read_ahead.saturating_sub(1));
         if read.is_none() && !stopping && backing_off.is_none() && held <= low_water {
             let mut request = ReadRequest::new(
                 env.stream(),
@@ -407,25 +490,64 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
             read = Some(env.broker.read(request));
         }
 
+        let mut progress = false;
         let wake = std::future::poll_fn(|cx| {
-            for (lane, slot) in slots.iter_mut().enumerate() {
-                let Some(future) = slot.as_mut().as_pin_mut() else {
-                    continue;
-                };
-                let _entered = spans[lane].as_ref().map(tracing::Span::enter);
-                let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
-                match polled {
-                    Ok(Poll::Pending) => continue,
-                    Ok(Poll::Ready(done)) => finished.push((lane, done)),
-                    Err(panic) => {
-                        if let Some(delivery) = &running[lane] {
-                            finished.push((lane, worker.panicked(delivery, &*panic)));
+            // Poll in rounds: every occupied slot first, then, while handlers
+            // finish, only the slots that started a new handler in the round
+            // before. Lanes take turns, so handlers that finish without
+            // waiting complete in about the order they were read.
+            let mut round_all = true;
+            loop {
+                let mut started_any = false;
+                for lane in 0..lanes_n {
+                    if !round_all && !std::mem::take(&mut lanes.fresh[lane]) {
+                        continue;
+                    }
+                    let Some(future) = lanes.slots[lane].as_mut().as_pin_mut() else {
+                        continue;
+                    };
+                    let entered = lanes.spans[lane].as_ref().map(tracing::Span::enter);
+                    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
+                    let running = lanes.running[lane].take();
+                    let (op, settlement) = match polled {
+                        Ok(Poll::Pending) => {
+                            lanes.running[lane] = running;
+                            continue;
                         }
+                        Ok(Poll::Ready(done)) => done,
+                        Err(panic) => match &running {
+                            Some(delivery) => worker.panicked(delivery, &*panic),
+                            // Not reached: a running slot has its delivery.
+                            None => {
+                                lanes.slots[lane].set(None);
+                                continue;
+                            }
+                        },
+                    };
+                    drop(entered);
+                    lanes.slots[lane].set(None);
+                    if let Some(delivery) = &running {
+                        worker.observe(delivery, settlement);
+                    }
+                    ops.push(op);
+                    held -= 1;
+                    lanes.finished[lane] += 1;
+                    progress = true;
+                    // The lane is free: start its next entry, polled in the
+                    // next round of this same wake.
+                    if !stopping && lanes.start(lane, worker, traced, &make) {
+                        lanes.restarted[lane] = true;
+                        lanes.fresh[lane] = true;
+                        started_any = true;
+                        delivered += 1;
                     }
                 }
-                slot.set(None);
+                if !started_any {
+                    break;
+                }
+                round_all = false;
             }
-            if !finished.is_empty() {
+            if progress {
                 return Poll::Ready(Wake::Progress);
             }
             if let Some(r) = read.as_mut()
@@ -450,19 +572,28 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
         })
         .await;
         now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if delivered > 0 {
+            Metrics::add(&env.metrics.delivered, delivered);
+        }
 
         match wake {
             Wake::Progress => {
+                // A lane that finished k handlers in this wake was busy
+                // from the first one's start until now; each is counted
+                // an equal share (exact for one, an average for handlers
+                // that ran back to back without waiting).
                 let (mut total, mut longest) = (0u64, 0u64);
-                for (lane, (op, settlement)) in finished.drain(..) {
-                    let took = now.saturating_sub(started[lane]);
-                    total = total.saturating_add(took);
-                    longest = longest.max(took);
-                    if let Some(delivery) = running[lane].take() {
-                        worker.observe(&delivery, settlement);
+                for lane in 0..lanes_n {
+                    let k = std::mem::take(&mut lanes.finished[lane]);
+                    if k == 0 {
+                        continue;
                     }
-                    ops.push(op);
-                    held -= 1;
+                    let busy = now.saturating_sub(lanes.started[lane]);
+                    total = total.saturating_add(busy);
+                    longest = longest.max(busy / u64::from(k));
+                    if std::mem::take(&mut lanes.restarted[lane]) {
+                        lanes.started[lane] = now;
+                    }
                 }
                 env.metrics.add_handler_time(total, longest);
             }
@@ -477,15 +608,7 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                         worker.report_dead_lettered(&batch.dead_lettered);
                         held += batch.deliveries.len();
                         for delivery in batch.deliveries {
-                            let own = if keyed.is_empty() {
-                                None
-                            } else {
-                                worker.key_lane(&delivery, keyed.len())
-                            };
-                            match own {
-                                Some(lane) => keyed[lane].push_back(delivery),
-                                None => shared.push_back(delivery),
-                            }
+                            lanes.queue(worker, delivery);
                         }
                     }
                     Err(error) => {
@@ -500,26 +623,24 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                 stopping = true;
                 read = None; // a blocking read in flight is abandoned
                 backing_off = None;
-                for queue in keyed.iter_mut().chain([&mut shared]) {
-                    for delivery in queue.drain(..) {
-                        Metrics::add(&env.metrics.handed_back, 1);
-                        worker.observe(&delivery, Settlement::HandedBack);
-                        ops.push(Op::After(delivery.id(), Duration::ZERO));
-                        held -= 1;
-                    }
+                for delivery in lanes.drain_waiting() {
+                    Metrics::add(&env.metrics.handed_back, 1);
+                    worker.observe(&delivery, Settlement::HandedBack);
+                    ops.push(Op::After(delivery.id(), Duration::ZERO));
+                    held -= 1;
                 }
                 let grace = env.shutdown.borrow().unwrap_or(Duration::ZERO);
                 deadline = Some(Box::pin(tokio::time::sleep(grace)));
             }
             Wake::Deadline => {
-                for (lane, slot) in slots.iter_mut().enumerate() {
-                    if let Some(delivery) = running[lane].take() {
+                for lane in 0..lanes_n {
+                    if let Some(delivery) = lanes.running[lane].take() {
                         tracing::warn!(
                             subscriber = env.name,
                             id = %delivery.id(),
                             "handler still running at the shutdown deadline: stopped, entry handed back"
                         );
-                        slot.set(None);
+                        lanes.slots[lane].set(None);
                         worker.observe(&delivery, Settlement::HandedBack);
                         ops.push(Op::After(delivery.id(), Duration::ZERO));
                         held -= 1;

@@ -758,6 +758,36 @@ async fn acks_are_batched_and_a_lone_message_is_acked_at_once() {
     app.shutdown().await;
 }
 
+// ---- stats ------------------------------------------------------------------------------------------
+
+#[subscriber(RedisStream::new("timed").group("g"), workers(2))]
+async fn timed(job: &Job) {
+    // Job n sleeps n seconds; job 0 finishes without waiting.
+    tokio::time::sleep(Duration::from_secs(job.n)).await;
+}
+
+/// Handler time is measured on tokio's clock: on a paused clock, handlers
+/// that sleep are timed exactly, and one that does not wait adds nothing.
+#[tokio::test(start_paused = true)]
+async fn stats_time_handlers_on_the_tokio_clock() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(timed);
+    })
+    .await;
+    publish(&broker, "timed", [job(0), job(3), job(5)]).await;
+    // Sleeping lets the paused clock jump to the handlers' timers.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let stats = app.stats().await;
+    assert_eq!(stats[0].acked, 3);
+    assert_eq!(stats[0].delivered, 3);
+    assert_eq!(stats[0].handler_time, Duration::from_secs(8));
+    assert_eq!(stats[0].handler_max, Duration::from_secs(5));
+    app.shutdown().await;
+}
+
 // ---- start-up validation ------------------------------------------------------------------------
 
 #[subscriber(RedisStream::claiming("validated", MIN_IDLE).group("g"))]
