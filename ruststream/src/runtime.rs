@@ -245,18 +245,18 @@ pub(crate) async fn run_subscription<S: Subscriber>(subscriber: Arc<S>, env: Env
 }
 
 /// Outcomes on their way from a subscription's task to its settler: a
-/// buffer the task appends to and the settler swaps for its own empty one,
+/// batch the task appends to and the settler swaps for its own empty one,
 /// so a hand-over moves the outcomes and allocates nothing.
 #[derive(Default)]
 struct Outbox {
-    ops: Mutex<Vec<Op>>,
+    ops: Mutex<SettleBatch>,
     ready: Notify,
     closed: AtomicBool,
 }
 
 impl Outbox {
     /// Moves `ops` (left empty, its capacity kept) to the settler.
-    fn push(&self, ops: &mut Vec<Op>) {
+    fn push(&self, ops: &mut SettleBatch) {
         self.ops
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -272,7 +272,7 @@ impl Outbox {
 
     /// Waits for outcomes and swaps them into `into` (which must be empty).
     /// Returns `false` once the outbox is closed and empty.
-    async fn take(&self, into: &mut Vec<Op>) -> bool {
+    async fn take(&self, into: &mut SettleBatch) -> bool {
         loop {
             // `closed` is read before the buffer: outcomes pushed before the
             // close are then always seen.
@@ -296,13 +296,6 @@ impl Outbox {
 
 /// How a handler's entry is to be settled, and what to tell an observer.
 type Done = (Op, Settlement);
-
-/// Runs the handler on `delivery`; the future a lane's slot holds. The
-/// task enters the delivery's span around every poll of it (see
-/// `delivery_span`).
-async fn handle_one<S: Subscriber>(worker: &Worker<S>, delivery: Delivery) -> Done {
-    worker.handle(&delivery).await
-}
 
 /// What woke the subscription's task.
 enum Wake {
@@ -387,6 +380,7 @@ impl<F: Future<Output = Done>> Lanes<F> {
 
     /// Starts `lane`'s next entry, its own first, then a shared one, if
     /// the lane is idle. Returns whether it started one.
+    #[inline]
     fn start<S: Subscriber>(
         &mut self,
         lane: usize,
@@ -433,7 +427,9 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
     let lanes_n = env.subscription.workers.max(1);
     let read_ahead = env.subscription.read_ahead();
     let mode = env.subscription.stream.read_mode();
-    let make = |delivery| handle_one(worker, delivery);
+    // The future a lane's slot holds. The task enters the delivery's span
+    // around every poll of it (see `delivery_span`).
+    let make = |delivery| worker.handle(delivery);
     let mut lanes = Lanes::new(lanes_n, env.subscription.by_key);
     // tokio's clock, so that a paused test clock measures handlers too.
     let epoch = tokio::time::Instant::now();
@@ -452,7 +448,7 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
             }
         }
     });
-    let mut ops: Vec<Op> = Vec::new();
+    let mut ops = SettleBatch::default();
 
     loop {
         // Spans at debug level can be on only when the level filter lets
@@ -529,7 +525,7 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                     if let Some(delivery) = &running {
                         worker.observe(delivery, settlement);
                     }
-                    ops.push(op);
+                    ops.add(op);
                     held -= 1;
                     lanes.finished[lane] += 1;
                     progress = true;
@@ -607,8 +603,12 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                             .fetch_add(batch.deliveries.len() as u64, Ordering::SeqCst);
                         worker.report_dead_lettered(&batch.dead_lettered);
                         held += batch.deliveries.len();
-                        for delivery in batch.deliveries {
-                            lanes.queue(worker, delivery);
+                        if lanes.keyed.is_empty() {
+                            lanes.shared.extend(batch.deliveries);
+                        } else {
+                            for delivery in batch.deliveries {
+                                lanes.queue(worker, delivery);
+                            }
                         }
                     }
                     Err(error) => {
@@ -626,7 +626,7 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                 for delivery in lanes.drain_waiting() {
                     Metrics::add(&env.metrics.handed_back, 1);
                     worker.observe(&delivery, Settlement::HandedBack);
-                    ops.push(Op::After(delivery.id(), Duration::ZERO));
+                    ops.add(Op::After(delivery.id(), Duration::ZERO));
                     held -= 1;
                 }
                 let grace = env.shutdown.borrow().unwrap_or(Duration::ZERO);
@@ -642,7 +642,7 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                         );
                         lanes.slots[lane].set(None);
                         worker.observe(&delivery, Settlement::HandedBack);
-                        ops.push(Op::After(delivery.id(), Duration::ZERO));
+                        ops.add(Op::After(delivery.id(), Duration::ZERO));
                         held -= 1;
                     }
                 }
@@ -791,7 +791,8 @@ impl<S: Subscriber> Worker<S> {
     }
 
     /// Runs the handler on one delivery and decides how to settle it.
-    async fn handle(&self, delivery: &Delivery) -> (Op, Settlement) {
+    async fn handle(&self, delivery: Delivery) -> Done {
+        let delivery = &delivery;
         let env = &self.env;
         let id = delivery.id();
         let outcome = {
@@ -918,21 +919,21 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
 /// Applies settle decisions in batches until the outbox is closed and
 /// empty.
 async fn settle_loop(env: Env, outbox: Arc<Outbox>) {
-    let mut ops = Vec::new();
     let mut batch = SettleBatch::default();
-    while outbox.take(&mut ops).await {
-        while !ops.is_empty() {
-            let n = ops.len().min(SETTLE_BATCH);
-            batch.fill(ops.drain(..n));
-            batch.apply(&env).await;
-            env.metrics.settled.fetch_add(n as u64, Ordering::SeqCst);
-        }
+    while outbox.take(&mut batch).await {
+        let settled = batch.count;
+        batch.apply(&env).await;
+        env.metrics
+            .settled
+            .fetch_add(settled as u64, Ordering::SeqCst);
     }
 }
 
 /// Settle decisions grouped into broker calls.
 #[derive(Default)]
 struct SettleBatch {
+    /// Decisions in the batch, `Op::Leave` included.
+    count: usize,
     acks: Vec<EntryId>,
     copies: Vec<EntryId>,
     delayed: Vec<(Duration, EntryId)>,
@@ -940,36 +941,50 @@ struct SettleBatch {
 }
 
 impl SettleBatch {
-    fn fill(&mut self, ops: impl Iterator<Item = Op>) {
-        for op in ops {
-            match op {
-                Op::Ack(id) => self.acks.push(id),
-                Op::Copy(id) => self.copies.push(id),
-                Op::Leave => {}
-                Op::After(id, delay) => self.delayed.push((delay, id)),
-                Op::Dead(id, reason) => self.dead.push((id, reason)),
-            }
+    #[inline]
+    fn add(&mut self, op: Op) {
+        self.count += 1;
+        match op {
+            Op::Ack(id) => self.acks.push(id),
+            Op::Copy(id) => self.copies.push(id),
+            Op::Leave => {}
+            Op::After(id, delay) => self.delayed.push((delay, id)),
+            Op::Dead(id, reason) => self.dead.push((id, reason)),
         }
     }
 
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Moves `other`'s decisions into this batch.
+    fn append(&mut self, other: &mut SettleBatch) {
+        self.count += std::mem::take(&mut other.count);
+        self.acks.append(&mut other.acks);
+        self.copies.append(&mut other.copies);
+        self.delayed.append(&mut other.delayed);
+        self.dead.append(&mut other.dead);
+    }
+
+    /// Applies the batch, in broker calls of at most `SETTLE_BATCH`
+    /// entries, and empties it.
     async fn apply(&mut self, env: &Env) {
         let (stream, group) = (env.stream(), env.group());
         let broker = &*env.broker;
-        if !self.acks.is_empty() {
-            let ids = &self.acks;
+        self.count = 0;
+        for ids in self.acks.chunks(SETTLE_BATCH) {
             if settle_call(env, "ack", ids.len(), || broker.ack(stream, group, ids)).await {
                 Metrics::add(&env.metrics.acked, ids.len() as u64);
             }
-            self.acks.clear();
         }
-        if !self.copies.is_empty() {
-            let ids = &self.copies;
+        self.acks.clear();
+        for ids in self.copies.chunks(SETTLE_BATCH) {
             settle_call(env, "retry (copy)", ids.len(), || {
                 broker.retry(stream, group, ids, Retry::Copy)
             })
             .await;
-            self.copies.clear();
         }
+        self.copies.clear();
         self.delayed.sort();
         for run in self.delayed.chunk_by(|a, b| a.0 == b.0) {
             let delay = run[0].0;
