@@ -105,23 +105,23 @@ delta() {
 show() { awk -F'\t' -v top="$1" 'NR <= top { printf "%9s  %s\n", $1, substr($2, 1, 150) }'; }
 
 # categories: per-message costs by kind, from "cost<TAB>function" lines.
-# Inlining blurs the edges: the lane's body (LaneWorker::run, handle,
-# handle_in_span, Context, the settle match) is inlined into tracing's
-# `Instrumented::poll`, and the handler into the `PollFn` of `catch_unwind`
-# (which also stands for the reader's `select!`s).
+# Inlining blurs the edges: the subscription task's poll loop (`drive`'s
+# `poll_fn`: the rounds over the lanes, `catch_unwind`, and the handler's
+# own body, `Worker::handle`, `Context`, the settle match) is one `PollFn`;
+# the rest of `drive` (starting lanes, reads, the per-wake bookkeeping) is
+# inlined into tracing's `Instrumented::poll` of the subscription span.
 categories() {
     awk -F'\t' '
         {
             f = $2; c = "other"
             if (f ~ /serde|from_utf8|Payment|subscriber::decode/) c = "serde_json decode (Payment)"
             else if (f ~ /malloc|free|_int_|realloc|__rust_alloc|__rust_dealloc|__rdl_|memcpy|memmove|memset/) c = "allocator, memcpy"
-            else if (f ~ /ruststream_engine|ruststream_memory|btree|vec_deque|ruststream_core|ReadBatch|sip::Hasher|hash_one/) c = "engine + memory broker (read, ack, BTree, lock)"
-            else if (f ~ /tokio::sync::mpsc|atomic_waker/) c = "tokio mpsc (lane + settle channels)"
-            else if (f ~ /semaphore/) c = "tokio semaphore (read-ahead permits)"
+            else if (f ~ /ruststream_engine|ruststream_memory|btree|vec_deque|ruststream_core|ReadBatch|sip::Hasher|hash_one/) c = "engine + memory broker (read, ack, pending list, lock)"
+            else if (f ~ /tokio::sync|atomic_waker|Notify|Mutex/) c = "tokio sync, locks (outbox hand-over)"
             else if (f ~ /Timespec|Instant|clock_gettime|SystemTime/) c = "clock reads (handler timing, Backoff seed)"
-            else if (f ~ /Instrumented/) c = "lane body (inlined into tracing Instrumented::poll)"
-            else if (f ~ /PollFn/) c = "poll_fn: catch_unwind around the handler, select!"
-            else if (f ~ /ruststream::/) c = "ruststream runtime (reader, dispatch, settler, Context)"
+            else if (f ~ /Instrumented/) c = "drive: lane starts, reads, per-wake work"
+            else if (f ~ /PollFn/) c = "drive poll loop: lanes, catch_unwind, handler body"
+            else if (f ~ /ruststream::/) c = "ruststream runtime (lanes, settler, Context)"
             else if (f ~ /tokio::/ || f ~ /LocalKey/) c = "tokio scheduler, tasks, wakers"
             else if (f ~ /hand::/) c = "hand loop body"
             sum[c] += $1; total += $1
@@ -204,8 +204,8 @@ echo "Framework, workers(8): top $TOP functions, exclusive instructions per mess
 show "$TOP" <"$out/fw8.excl.tsv"
 echo
 echo "Framework, workers(8): top $TOP functions, inclusive instructions per message"
-echo "(below the region; the lane task is tracing's Instrumented::poll, the handler"
-echo "call with its decode is catch_unwind's PollFn::poll):"
+echo "(below the region; the subscription task is tracing's Instrumented::poll, its"
+echo "poll loop with the handler and its decode is the PollFn::poll):"
 awk -F'\t' -v total="${instr[framework-w8]}" \
     '$2 ~ /callgrind_region/ || $1 < 0.999 * total' "$out/fw8.incl.tsv" | show "$TOP"
 echo

@@ -90,7 +90,7 @@ const HAND_GROUP: &str = "ledger-hand";
 const HAND_CONSUMER: &str = "hand-1";
 
 /// Messages per timed run (`--messages` changes it).
-const DEFAULT_MESSAGES: u64 = 500_000;
+const DEFAULT_MESSAGES: u64 = 1_000_000;
 /// Timed runs per row; the median is reported.
 const REPS: usize = 5;
 /// Messages per warm-up run.
