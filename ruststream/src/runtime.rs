@@ -70,7 +70,9 @@ use crate::{Context, HandlerOutcome, Publisher, Settle, Subscriber, Subscription
 macro_rules! report {
     ($worker:expr, $delivery:expr, $($event:tt)+) => {{
         if tracing::Span::current().is_disabled() {
-            $worker.context_span($delivery).in_scope(|| tracing::$($event)+);
+            $worker
+                .context_span($delivery.id(), $delivery.delivery_count)
+                .in_scope(|| tracing::$($event)+);
         } else {
             tracing::$($event)+;
         }
@@ -311,6 +313,23 @@ enum Wake {
     BackedOff,
 }
 
+/// What the task keeps of the entry a slot runs: enough to report a panic
+/// and to hand the entry back if its handler outlives the shutdown
+/// deadline.
+struct Running {
+    id: EntryId,
+    delivery_count: u32,
+    /// A copy of the delivery, kept only when an observer is told about
+    /// every outcome (the handler's future owns the delivery itself).
+    copy: Option<Delivery>,
+}
+
+impl Running {
+    fn id(&self) -> EntryId {
+        self.id
+    }
+}
+
 /// A subscription's lanes: the entries waiting, and one slot per lane
 /// running a handler (the future `F`).
 struct Lanes<F> {
@@ -320,9 +339,10 @@ struct Lanes<F> {
     keyed: Vec<VecDeque<Delivery>>,
     /// One pinned slot per lane, allocated once and refilled in place.
     slots: Vec<Pin<Box<Option<F>>>>,
-    /// The delivery each slot runs: for the observer, and for a hand-back
-    /// if its handler panics or outlives the shutdown deadline.
-    running: Vec<Option<Delivery>>,
+    /// The entry each slot runs.
+    running: Vec<Option<Running>>,
+    /// Whether `Running` keeps a copy of the delivery (for an observer).
+    keep_copies: bool,
     /// Each slot's delivery span, when that is enabled.
     spans: Vec<Option<tracing::Span>>,
     /// When each lane's handler started, in nanoseconds since the task's
@@ -339,7 +359,7 @@ struct Lanes<F> {
 }
 
 impl<F: Future<Output = Done>> Lanes<F> {
-    fn new(lanes: usize, by_key: bool) -> Self {
+    fn new(lanes: usize, by_key: bool, keep_copies: bool) -> Self {
         Lanes {
             shared: VecDeque::new(),
             keyed: if by_key {
@@ -349,6 +369,7 @@ impl<F: Future<Output = Done>> Lanes<F> {
             },
             slots: (0..lanes).map(|_| Box::pin(None)).collect(),
             running: (0..lanes).map(|_| None).collect(),
+            keep_copies,
             spans: (0..lanes).map(|_| None).collect(),
             started: vec![0; lanes],
             finished: vec![0; lanes],
@@ -403,7 +424,11 @@ impl<F: Future<Output = Done>> Lanes<F> {
         } else {
             None
         };
-        self.running[lane] = Some(next.clone());
+        self.running[lane] = Some(Running {
+            id: next.id(),
+            delivery_count: next.delivery_count,
+            copy: self.keep_copies.then(|| next.clone()),
+        });
         self.slots[lane].set(Some(make(next)));
         true
     }
@@ -430,7 +455,7 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
     // The future a lane's slot holds. The task enters the delivery's span
     // around every poll of it (see `delivery_span`).
     let make = |delivery| worker.handle(delivery);
-    let mut lanes = Lanes::new(lanes_n, env.subscription.by_key);
+    let mut lanes = Lanes::new(lanes_n, env.subscription.by_key, env.observer.is_some());
     // tokio's clock, so that a paused test clock measures handlers too.
     let epoch = tokio::time::Instant::now();
     let mut now = 0u64;
@@ -512,7 +537,7 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                         }
                         Ok(Poll::Ready(done)) => done,
                         Err(panic) => match &running {
-                            Some(delivery) => worker.panicked(delivery, &*panic),
+                            Some(entry) => worker.panicked(entry, &*panic),
                             // Not reached: a running slot has its delivery.
                             None => {
                                 lanes.slots[lane].set(None);
@@ -522,7 +547,7 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                     };
                     drop(entered);
                     lanes.slots[lane].set(None);
-                    if let Some(delivery) = &running {
+                    if let Some(delivery) = running.as_ref().and_then(|r| r.copy.as_ref()) {
                         worker.observe(delivery, settlement);
                     }
                     ops.add(op);
@@ -634,15 +659,17 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
             }
             Wake::Deadline => {
                 for lane in 0..lanes_n {
-                    if let Some(delivery) = lanes.running[lane].take() {
+                    if let Some(entry) = lanes.running[lane].take() {
                         tracing::warn!(
                             subscriber = env.name,
-                            id = %delivery.id(),
+                            id = %entry.id,
                             "handler still running at the shutdown deadline: stopped, entry handed back"
                         );
                         lanes.slots[lane].set(None);
-                        worker.observe(&delivery, Settlement::HandedBack);
-                        ops.add(Op::After(delivery.id(), Duration::ZERO));
+                        if let Some(delivery) = &entry.copy {
+                            worker.observe(delivery, Settlement::HandedBack);
+                        }
+                        ops.add(Op::After(entry.id, Duration::ZERO));
                         held -= 1;
                     }
                 }
@@ -726,15 +753,15 @@ impl<S: Subscriber> Worker<S> {
     }
 
     /// The outcome of a handler that panicked: retried, and logged.
-    fn panicked(&self, delivery: &Delivery, panic: &(dyn Any + Send)) -> Done {
+    fn panicked(&self, entry: &Running, panic: &(dyn Any + Send)) -> Done {
         Metrics::add(&self.env.metrics.panicked, 1);
         let message = panic_message(panic);
         report!(
             self,
-            delivery,
+            entry,
             error!(panic = %message, "handler panicked; entry will be retried")
         );
-        self.retry(delivery.id(), Some(format!("handler panicked: {message}")))
+        self.retry(entry.id, Some(format!("handler panicked: {message}")))
     }
 
     #[inline]
@@ -777,7 +804,7 @@ impl<S: Subscriber> Worker<S> {
 
     /// The delivery's context as an info-level span, made only when a
     /// warning or error about it is logged.
-    fn context_span(&self, delivery: &Delivery) -> tracing::Span {
+    fn context_span(&self, id: EntryId, delivery_count: u32) -> tracing::Span {
         let env = &self.env;
         tracing::info_span!(
             "delivery",
@@ -785,8 +812,8 @@ impl<S: Subscriber> Worker<S> {
             stream = env.stream(),
             group = env.group(),
             consumer = %env.consumer,
-            id = %delivery.id(),
-            delivery_count = delivery.delivery_count,
+            %id,
+            delivery_count,
         )
     }
 

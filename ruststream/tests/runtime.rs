@@ -758,6 +758,73 @@ async fn acks_are_batched_and_a_lone_message_is_acked_at_once() {
     app.shutdown().await;
 }
 
+// ---- observer ---------------------------------------------------------------------------------------
+
+static WATCHED_HANG: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
+#[subscriber(RedisStream::new("watched").group("g"), workers(3))]
+async fn watched(job: &Job, ctx: &mut Context<'_>) {
+    match job.n {
+        1 if ctx.delivery_count() == 0 => panic!("job one fails the first time"),
+        2 => {
+            let _ = WATCHED_HANG.acquire().await;
+        }
+        _ => {}
+    }
+}
+
+#[derive(Default)]
+struct Recorder(Mutex<Vec<(u64, ruststream::Settlement)>>);
+
+impl ruststream::Observer for Recorder {
+    fn handled(&self, event: &ruststream::Handled<'_>) {
+        let job: Job = serde_json::from_slice(event.delivery.entry.payload()).unwrap();
+        self.0
+            .lock()
+            .unwrap()
+            .push((job.n, event.settlement.clone()));
+    }
+}
+
+/// The observer hears of every outcome with its delivery: an ack, a
+/// panic's retry (and the retry's ack), and a handler stopped at the
+/// shutdown deadline.
+#[tokio::test(start_paused = true)]
+async fn the_observer_sees_acks_panics_and_entries_handed_back_at_the_deadline() {
+    let broker = MemoryBroker::new();
+    let recorder = Arc::new(Recorder::default());
+    let app = RustStream::new(AppInfo::new("test", "0"))
+        .observe(recorder.clone())
+        .with_broker(broker.clone(), |b| {
+            b.include(watched);
+        })
+        .start()
+        .await
+        .unwrap();
+    publish(&broker, "watched", [job(0), job(1), job(2)]).await;
+    until("three outcomes", async || {
+        recorder.0.lock().unwrap().len() == 3
+    })
+    .await;
+    app.shutdown_within(Duration::from_secs(1)).await;
+
+    let mut seen = recorder.0.lock().unwrap().clone();
+    seen.sort_by_key(|(n, _)| *n);
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(seen[0], (0, ruststream::Settlement::Acked));
+    assert_eq!(
+        seen[1],
+        (
+            1,
+            ruststream::Settlement::Retried {
+                reason: Some("handler panicked: job one fails the first time".into())
+            }
+        )
+    );
+    assert_eq!(seen[2], (1, ruststream::Settlement::Acked), "the retry");
+    assert_eq!(seen[3], (2, ruststream::Settlement::HandedBack));
+}
+
 // ---- stats ------------------------------------------------------------------------------------------
 
 #[subscriber(RedisStream::new("timed").group("g"), workers(2))]
