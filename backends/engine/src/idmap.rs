@@ -103,6 +103,75 @@ impl<V> IdMap<V> {
         let at = self.position(id).ok()?;
         let old = self.slots[at].1.take()?;
         self.live -= 1;
+        self.tidy();
+        Some(old)
+    }
+
+    /// Takes every id of `ids` out of the map, calling `removed` with each
+    /// id found and its value. A batch in id order (what acks of entries
+    /// handled in read order look like) costs one search and one walk; any
+    /// other order falls back to one removal per id.
+    pub(crate) fn remove_all(&mut self, ids: &[EntryId], mut removed: impl FnMut(EntryId, V)) {
+        // The common case: the batch starts with the oldest entries. Pop
+        // them off the front while they match (an id below the front is
+        // not in the map, whatever the batch's order).
+        let mut rest = ids;
+        while let Some((id, tail)) = rest.split_first() {
+            match self.slots.front() {
+                Some((first, _)) if first == id => {
+                    if let Some((_, Some(value))) = self.slots.pop_front() {
+                        self.live -= 1;
+                        removed(*id, value);
+                    }
+                    while self.slots.front().is_some_and(|(_, v)| v.is_none()) {
+                        self.slots.pop_front();
+                    }
+                }
+                Some((first, _)) if first > id => {}
+                _ => break,
+            }
+            rest = tail;
+        }
+        if rest.is_empty() {
+            return;
+        }
+        if !rest.is_sorted() {
+            for id in rest {
+                if let Some(value) = self.remove(id) {
+                    removed(*id, value);
+                }
+            }
+            return;
+        }
+        let (Ok(mut at) | Err(mut at)) = self.position(&rest[0]);
+        for id in rest {
+            // Walk a few slots; search when the next id is further away.
+            let mut steps = 0;
+            while at < self.slots.len() && self.slots[at].0 < *id {
+                at += 1;
+                steps += 1;
+                if steps == 8 {
+                    let (Ok(found) | Err(found)) = self.position(id);
+                    at = found.max(at);
+                    break;
+                }
+            }
+            let Some(slot) = self.slots.get_mut(at) else {
+                break;
+            };
+            if slot.0 == *id
+                && let Some(value) = slot.1.take()
+            {
+                self.live -= 1;
+                removed(*id, value);
+            }
+        }
+        self.tidy();
+    }
+
+    /// Pops tombstones off both ends, and sweeps them out once they
+    /// outnumber the live entries.
+    fn tidy(&mut self) {
         while self.slots.front().is_some_and(|(_, v)| v.is_none()) {
             self.slots.pop_front();
         }
@@ -112,7 +181,6 @@ impl<V> IdMap<V> {
         if self.slots.len() > 2 * self.live + SLACK {
             self.slots.retain(|(_, v)| v.is_some());
         }
-        Some(old)
     }
 
     /// The largest id in the map.
@@ -194,9 +262,41 @@ mod tests {
                     assert_eq!(map.insert(k, step), model.insert(k, step));
                 }
                 // Removals, mostly of the oldest, like in-order acks.
-                5..=7 => {
+                5..=6 => {
                     let k = model.keys().next().copied().unwrap_or(id(0));
                     assert_eq!(map.remove(&k), model.remove(&k));
+                }
+                // Batches: sorted (mostly from the front, with gaps and
+                // ids that are not there) or shuffled.
+                7 => {
+                    // From every key to one in 30: long gaps make the
+                    // walk fall back to a search.
+                    let len = next(40) as usize;
+                    let sparse = 1 + next(30);
+                    let mut batch: Vec<EntryId> = model
+                        .keys()
+                        .copied()
+                        .filter(|_| next(sparse) == 0)
+                        .take(len)
+                        .collect();
+                    batch.push(id(next(top + 2)));
+                    batch.push(id(top + 1));
+                    if next(4) == 0 {
+                        batch.reverse();
+                    } else {
+                        batch.sort();
+                    }
+                    let mut got = Vec::new();
+                    map.remove_all(&batch, |k, v| got.push((k, v)));
+                    let mut want = Vec::new();
+                    for k in &batch {
+                        if let Some(v) = model.remove(k) {
+                            want.push((*k, v));
+                        }
+                    }
+                    got.sort();
+                    want.sort();
+                    assert_eq!(got, want);
                 }
                 _ => {
                     let k = id(next(top + 2));

@@ -253,6 +253,28 @@ impl Group {
         Some(p)
     }
 
+    /// Settles every pending id of `ids` (recorded); returns how many.
+    fn settle_all(&mut self, ids: &[EntryId]) -> u64 {
+        let Group {
+            pending,
+            owed_by_time,
+            log,
+            ..
+        } = self;
+        let mut n = 0;
+        pending.remove_all(ids, |id, p| {
+            // Held records go stale and are dropped lazily (`unindex`).
+            if let Claim::Owed { due_ms } = p.claim {
+                owed_by_time.remove(&(due_ms, id));
+            }
+            if let Some(log) = log {
+                log.push(GroupChange::Settled { id });
+            }
+            n += 1;
+        });
+        n
+    }
+
     /// Takes `id` out of the pending list and its index, unrecorded: the
     /// caller records where it goes next.
     fn take_pending(&mut self, id: EntryId) -> Option<Pending> {
@@ -680,9 +702,9 @@ impl Engine {
                     .last_key_value()
                     .is_some_and(|(id, _)| *id > g.cursor);
             let mut cursor = g.cursor;
-            let mut new_ones: Vec<&Stored> = Vec::new();
+            let mut taken = deliveries.len();
             for stored in fresh {
-                if deliveries.len() + new_ones.len() >= req.count {
+                if taken >= req.count {
                     break;
                 }
                 cursor = stored.id;
@@ -690,12 +712,12 @@ impl Engine {
                 // already has pending or dead-lettered (the cursor was moved
                 // back): those are not new, and handing them out again would
                 // break a standing claim (rule 3) and reset their counts.
-                if stored.is_for(req.group) && !(rewound && g.holds(&stored.id)) {
-                    new_ones.push(stored);
+                // (Ids only grow along `fresh`, so what this loop adds to the
+                // group never matches a later entry.)
+                if !stored.is_for(req.group) || (rewound && g.holds(&stored.id)) {
+                    continue;
                 }
-            }
-            g.set_cursor(cursor);
-            for stored in new_ones {
+                taken += 1;
                 let carried = stored.carried();
                 if let Some(max) = max.filter(|&m| carried >= m) {
                     g.kill(
@@ -723,6 +745,7 @@ impl Engine {
                     idle_ms: 0,
                 });
             }
+            g.set_cursor(cursor);
         }
         Ok(ReadBatch {
             deliveries,
@@ -759,12 +782,7 @@ impl Engine {
     pub fn ack(&mut self, stream: &str, group: &str, ids: &[EntryId]) -> BrokerResult<u64> {
         let s = self.stream_mut(stream, group)?;
         let g = s.group_mut(stream, group)?;
-        let mut n = 0;
-        for id in ids {
-            if g.remove_pending(*id).is_some() {
-                n += 1;
-            }
-        }
+        let n = g.settle_all(ids);
         s.release(ids.iter().copied());
         Ok(n)
     }
