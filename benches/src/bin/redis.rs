@@ -19,9 +19,12 @@
 //!     into `Delivery`s.
 //!   - *#[subscriber]*: an app whose handler takes `&Payment` and returns
 //!     `()` (ack), with `workers(8)`: everything the runtime does per
-//!     entry (read-ahead permits, lanes, tracing span, panic catching,
-//!     batched settling). With the default read-ahead (32 per read) and
-//!     with `prefetch(500)`.
+//!     entry (bounded read-ahead, lanes, the delivery span check, panic
+//!     catching, batched settling). With the default read-ahead (32 per
+//!     read) and with `prefetch(500)`.
+//!
+//! Every side decodes the same way: `std::str::from_utf8`, then
+//! `serde_json::from_str` (what the framework's `decode` does).
 //!
 //! Each row is the median of `REPS` runs, interleaved. Everything runs on
 //! one current-thread tokio runtime (one core; the server has the other).
@@ -234,7 +237,9 @@ async fn consume_hand(
                     if bytes(&pair[0]) == Some(b"payload")
                         && let Some(p) = bytes(&pair[1])
                     {
-                        let payment: Payment = serde_json::from_slice(p)?;
+                        // The framework's decode: UTF-8 checked once, then
+                        // parsed as a str.
+                        let payment: Payment = serde_json::from_str(std::str::from_utf8(p)?)?;
                         black_box(&payment);
                     }
                 }
