@@ -31,10 +31,13 @@
 //!   the settler swaps out, so no hand-over allocates), so a lone ack goes
 //!   out at once and a busy subscription acks many entries per broker call.
 //! - Handler time is measured on tokio's clock (so a paused test clock
-//!   measures it too) with one read per wake of the task, not two per
-//!   entry: a handler's time runs from the wake that started it to the wake
-//!   that saw it finish, and handlers that ran back to back on one lane in
-//!   one wake share that lane's time equally.
+//!   measures it too), read once each time the task polls its lanes rather
+//!   than twice per entry: a handler's time runs from the poll that started
+//!   it to the poll that saw it finish. A handler that finishes in the poll
+//!   that started it (it never waited) counts as taking no time.
+//! - Shutdown is checked before every wake (a version check of the
+//!   signal), so a broker that always has entries ready cannot keep the
+//!   task from seeing it.
 //! - Shutdown: reading stops, entries not started are handed back (an
 //!   immediate nack, so any consumer gets them at once), running handlers
 //!   get the deadline to finish (past it they are dropped and their entries
@@ -202,9 +205,10 @@ pub struct SubscriptionStats {
     pub handed_back: u64,
     /// Total time spent in the handler: for each call, from the runtime
     /// starting it to the runtime seeing it finish. The runtime reads the
-    /// clock once per wake of its task, not per call, so the figure is
-    /// exact for handlers that wait (on I/O, a timer) and shared out evenly
-    /// among handlers that finished back to back without waiting.
+    /// clock once each time it polls its handlers, not per call, so the
+    /// figure is exact (to within one such poll) for handlers that wait on
+    /// I/O or a timer, and a call that finishes without ever waiting counts
+    /// as taking no time.
     pub handler_time: Duration,
     /// Longest single handler call, measured the same way.
     pub handler_max: Duration,
@@ -240,8 +244,12 @@ pub(crate) async fn run_subscription<S: Subscriber>(subscriber: Arc<S>, env: Env
         env: env.clone(),
     };
     let span = tracing::debug_span!("subscription", subscriber = env.name);
-    drive(&worker, &outbox).instrument(span).await;
-    outbox.close();
+    {
+        // Closes the outbox however `drive` ends, a panic included, so the
+        // settler always applies what it has and stops.
+        let _close = CloseOnDrop(&outbox);
+        drive(&worker, &outbox).instrument(span).await;
+    }
     let _ = settler.await;
     tracing::info!(subscriber = env.name, "subscriber stopped");
 }
@@ -296,6 +304,15 @@ impl Outbox {
     }
 }
 
+/// Closes an outbox when dropped.
+struct CloseOnDrop<'a>(&'a Outbox);
+
+impl Drop for CloseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// How a handler's entry is to be settled, and what to tell an observer.
 type Done = (Op, Settlement);
 
@@ -315,16 +332,15 @@ enum Wake {
 
 /// What the task keeps of the entry a slot runs: enough to report a panic
 /// and to hand the entry back if its handler outlives the shutdown
-/// deadline.
+/// deadline. (The handler's future owns the delivery itself.)
+#[derive(Clone, Copy)]
 struct Running {
     id: EntryId,
     delivery_count: u32,
-    /// A copy of the delivery, kept only when an observer is told about
-    /// every outcome (the handler's future owns the delivery itself).
-    copy: Option<Delivery>,
 }
 
 impl Running {
+    /// As [`Delivery::id`], so that `report!` takes either.
     fn id(&self) -> EntryId {
         self.id
     }
@@ -341,18 +357,14 @@ struct Lanes<F> {
     slots: Vec<Pin<Box<Option<F>>>>,
     /// The entry each slot runs.
     running: Vec<Option<Running>>,
-    /// Whether `Running` keeps a copy of the delivery (for an observer).
-    keep_copies: bool,
+    /// With an observer, a copy of the delivery each slot runs (the
+    /// observer is told about it with its outcome); empty otherwise.
+    copies: Vec<Option<Delivery>>,
     /// Each slot's delivery span, when that is enabled.
     spans: Vec<Option<tracing::Span>>,
     /// When each lane's handler started, in nanoseconds since the task's
-    /// epoch; for a lane that finished handlers in the current wake, when
-    /// the first of them started.
+    /// epoch.
     started: Vec<u64>,
-    /// Handlers each lane finished in the current wake.
-    finished: Vec<u32>,
-    /// Lanes that started a handler in the current wake, after finishing one.
-    restarted: Vec<bool>,
     /// Lanes that started a handler in the current round of polls, to be
     /// polled in the next.
     fresh: Vec<bool>,
@@ -368,12 +380,14 @@ impl<F: Future<Output = Done>> Lanes<F> {
                 Vec::new()
             },
             slots: (0..lanes).map(|_| Box::pin(None)).collect(),
-            running: (0..lanes).map(|_| None).collect(),
-            keep_copies,
+            running: vec![None; lanes],
+            copies: if keep_copies {
+                (0..lanes).map(|_| None).collect()
+            } else {
+                Vec::new()
+            },
             spans: (0..lanes).map(|_| None).collect(),
             started: vec![0; lanes],
-            finished: vec![0; lanes],
-            restarted: vec![false; lanes],
             fresh: vec![false; lanes],
         }
     }
@@ -427,13 +441,15 @@ impl<F: Future<Output = Done>> Lanes<F> {
         self.running[lane] = Some(Running {
             id: next.id(),
             delivery_count: next.delivery_count,
-            copy: self.keep_copies.then(|| next.clone()),
         });
+        if let Some(copy) = self.copies.get_mut(lane) {
+            *copy = Some(next.clone());
+        }
         self.slots[lane].set(Some(make(next)));
         true
     }
 
-    /// Whether nothing waits and no lane is idle: a start would find nothing.
+    /// Whether no entry waits in any queue: a start would find nothing.
     fn nothing_to_start(&self) -> bool {
         self.shared.is_empty() && self.keyed.iter().all(VecDeque::is_empty)
     }
@@ -458,13 +474,19 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
     let mut lanes = Lanes::new(lanes_n, env.subscription.by_key, env.observer.is_some());
     // tokio's clock, so that a paused test clock measures handlers too.
     let epoch = tokio::time::Instant::now();
+    // The clock, read once per poll of the task's poll loop.
     let mut now = 0u64;
-    let mut held = 0usize; // entries read and not yet settled
+    let mut held = 0usize; // entries read and not yet handled
     let mut read: Option<BrokerFuture<'_, ReadBatch>> = None;
     let mut backoff = Backoff::new();
     let mut backing_off: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let mut deadline: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let mut stopping = false;
+    // A cheap look at the shutdown signal before every wake (a version
+    // check): a broker that always has entries ready (the memory broker,
+    // a file log with a backlog) would otherwise keep `stop` from ever
+    // being polled.
+    let mut peek = env.shutdown.clone();
     let mut shutdown = env.shutdown.clone();
     let mut stop = pin!(async move {
         while shutdown.borrow_and_update().is_none() {
@@ -490,15 +512,19 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                 delivered += 1;
             }
         }
+        if delivered > 0 {
+            Metrics::add(&env.metrics.delivered, delivered);
+        }
         if stopping && held == 0 {
             break;
         }
+        let stop_now = !stopping && shutdown_asked(&mut peek);
         // Read when nothing is in flight, no backoff runs, and no more
         // than one entry per lane is left: reads then come in batches of
         // most of the read-ahead rather than one entry at a time, and no
         // lane runs dry while the read is out.
         let low_water = lanes_n.min(read_ahead.saturating_sub(1));
-        if read.is_none() && !stopping && backing_off.is_none() && held <= low_water {
+        if read.is_none() && !stopping && !stop_now && backing_off.is_none() && held <= low_water {
             let mut request = ReadRequest::new(
                 env.stream(),
                 env.group(),
@@ -512,7 +538,11 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
         }
 
         let mut progress = false;
-        let wake = std::future::poll_fn(|cx| {
+        let mut delivered = 0;
+        // Handler time finished in this wake: the sum and the longest.
+        let (mut total, mut longest) = (0u64, 0u64);
+        let poll_loop = std::future::poll_fn(|cx| {
+            now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
             // Poll in rounds: every occupied slot first, then, while handlers
             // finish, only the slots that started a new handler in the round
             // before. Lanes take turns, so handlers that finish without
@@ -541,23 +571,28 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                             // Not reached: a running slot has its delivery.
                             None => {
                                 lanes.slots[lane].set(None);
+                                drop(entered);
+                                lanes.spans[lane] = None;
                                 continue;
                             }
                         },
                     };
-                    drop(entered);
                     lanes.slots[lane].set(None);
-                    if let Some(delivery) = running.as_ref().and_then(|r| r.copy.as_ref()) {
-                        worker.observe(delivery, settlement);
+                    drop(entered);
+                    lanes.spans[lane] = None;
+                    if let Some(delivery) = lanes.copies.get_mut(lane).and_then(Option::take) {
+                        worker.observe(&delivery, settlement);
                     }
                     ops.add(op);
                     held -= 1;
-                    lanes.finished[lane] += 1;
+                    let took = now.saturating_sub(lanes.started[lane]);
+                    total = total.saturating_add(took);
+                    longest = longest.max(took);
                     progress = true;
                     // The lane is free: start its next entry, polled in the
-                    // next round of this same wake.
+                    // next round of this same poll.
                     if !stopping && lanes.start(lane, worker, traced, &make) {
-                        lanes.restarted[lane] = true;
+                        lanes.started[lane] = now;
                         lanes.fresh[lane] = true;
                         started_any = true;
                         delivered += 1;
@@ -590,34 +625,18 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                 return Poll::Ready(Wake::Deadline);
             }
             Poll::Pending
-        })
-        .await;
-        now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        });
+        let wake = if stop_now {
+            Wake::Stop
+        } else {
+            poll_loop.await
+        };
         if delivered > 0 {
             Metrics::add(&env.metrics.delivered, delivered);
         }
 
         match wake {
-            Wake::Progress => {
-                // A lane that finished k handlers in this wake was busy
-                // from the first one's start until now; each is counted
-                // an equal share (exact for one, an average for handlers
-                // that ran back to back without waiting).
-                let (mut total, mut longest) = (0u64, 0u64);
-                for lane in 0..lanes_n {
-                    let k = std::mem::take(&mut lanes.finished[lane]);
-                    if k == 0 {
-                        continue;
-                    }
-                    let busy = now.saturating_sub(lanes.started[lane]);
-                    total = total.saturating_add(busy);
-                    longest = longest.max(busy / u64::from(k));
-                    if std::mem::take(&mut lanes.restarted[lane]) {
-                        lanes.started[lane] = now;
-                    }
-                }
-                env.metrics.add_handler_time(total, longest);
-            }
+            Wake::Progress => env.metrics.add_handler_time(total, longest),
             Wake::Read(result) => {
                 read = None;
                 match result {
@@ -666,8 +685,9 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                             "handler still running at the shutdown deadline: stopped, entry handed back"
                         );
                         lanes.slots[lane].set(None);
-                        if let Some(delivery) = &entry.copy {
-                            worker.observe(delivery, Settlement::HandedBack);
+                        lanes.spans[lane] = None;
+                        if let Some(delivery) = lanes.copies.get_mut(lane).and_then(Option::take) {
+                            worker.observe(&delivery, Settlement::HandedBack);
                         }
                         ops.add(Op::After(entry.id, Duration::ZERO));
                         held -= 1;
@@ -682,6 +702,17 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
         // A broker that always has work ready (the memory broker answers at
         // once) would otherwise keep this task from ever yielding.
         tokio::task::consume_budget().await;
+    }
+}
+
+/// Whether shutdown has been asked for since `peek` last looked: a version
+/// check, then a look at the value only when it changed. A dropped sender
+/// counts as a shutdown.
+fn shutdown_asked(peek: &mut watch::Receiver<Option<Duration>>) -> bool {
+    match peek.has_changed() {
+        Ok(false) => false,
+        Ok(true) => peek.borrow_and_update().is_some(),
+        Err(_) => true,
     }
 }
 
@@ -767,14 +798,25 @@ impl<S: Subscriber> Worker<S> {
     #[inline]
     fn observe(&self, delivery: &Delivery, settlement: Settlement) {
         if let Some(observer) = &self.env.observer {
-            observer.handled(&Handled {
+            let event = Handled {
                 subscriber: self.env.name,
                 stream: self.env.stream(),
                 group: self.env.group(),
                 consumer: &self.env.consumer,
                 delivery,
                 settlement: &settlement,
-            });
+            };
+            // An observer is user code: its panic is logged, and the
+            // subscription goes on.
+            let called = std::panic::catch_unwind(AssertUnwindSafe(|| observer.handled(&event)));
+            if let Err(panic) = called {
+                tracing::error!(
+                    subscriber = self.env.name,
+                    id = %delivery.id(),
+                    panic = %panic_message(&*panic),
+                    "observer panicked"
+                );
+            }
         }
     }
 

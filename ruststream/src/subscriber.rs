@@ -72,7 +72,9 @@ pub fn registered_subscribers() -> impl Iterator<Item = &'static Registration> {
 /// JSON is UTF-8 text, so the payload is checked as UTF-8 once, whole, and
 /// then parsed as a `str`: that is cheaper than `serde_json::from_slice`,
 /// which checks every string it meets separately (measured: about 250
-/// fewer instructions for a three-field struct, see BENCHMARKS.md).
+/// fewer instructions for a three-field struct, see BENCHMARKS.md). A
+/// payload that is not UTF-8 as a whole is refused (JSON text must be
+/// UTF-8), even where the bad bytes sit in a field `T` ignores.
 pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
     let type_name = std::any::type_name::<T>;
     let text = std::str::from_utf8(payload).map_err(|e| {

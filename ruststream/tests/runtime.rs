@@ -690,6 +690,44 @@ async fn read_ahead_stays_bounded_while_handlers_are_stuck_and_shutdown_hands_ba
     assert_eq!(owed.len(), 4, "handed back for immediate redelivery");
 }
 
+static BACKLOG: AtomicUsize = AtomicUsize::new(0);
+
+#[subscriber(RedisStream::new("backlog").group("g"))]
+async fn backlog(_job: &Job) {
+    BACKLOG.fetch_add(1, Ordering::SeqCst);
+}
+
+/// A shutdown asked for while the broker always has entries ready (a
+/// backlog on the memory broker) stops reading at once: only what was
+/// already read is handled, the rest stays in the stream.
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_reading_even_with_a_backlog() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(backlog);
+    })
+    .await;
+    publish(&broker, "backlog", (0..5_000).map(job)).await;
+    // Let the subscription get going on the backlog.
+    tokio::task::yield_now().await;
+    let before = BACKLOG.load(Ordering::SeqCst);
+    assert!(before > 0, "the subscription started on the backlog");
+    app.shutdown_within(Duration::from_secs(1)).await;
+    let handled = BACKLOG.load(Ordering::SeqCst);
+    // workers(1): at most one read of 4 entries more, and what it was
+    // running.
+    assert!(
+        handled <= before + 8,
+        "{} entries handled after the shutdown was asked for",
+        handled - before
+    );
+    // Read but not started: handed back, owed to the group, held by nobody.
+    let owed = pending(&broker, "backlog", "g").await;
+    assert!(owed.iter().all(|p| p.consumer.is_none()), "{owed:?}");
+    let info = broker.group_info("backlog", "g").await.unwrap();
+    assert_eq!(info.lag as usize + owed.len() + handled, 5_000);
+}
+
 static HANG: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
 
 #[subscriber(RedisStream::new("hang").group("g"))]
@@ -825,6 +863,37 @@ async fn the_observer_sees_acks_panics_and_entries_handed_back_at_the_deadline()
     assert_eq!(seen[3], (2, ruststream::Settlement::HandedBack));
 }
 
+struct PanickyObserver;
+
+impl ruststream::Observer for PanickyObserver {
+    fn handled(&self, _event: &ruststream::Handled<'_>) {
+        panic!("observer bug");
+    }
+}
+
+#[subscriber(RedisStream::new("observed-badly").group("g"), workers(2))]
+async fn observed_badly(_job: &Job) {}
+
+/// An observer that panics is logged and ignored: entries are still
+/// settled and the app shuts down.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_observer_does_not_stop_the_subscription() {
+    let broker = MemoryBroker::new();
+    let app = RustStream::new(AppInfo::new("test", "0"))
+        .observe(Arc::new(PanickyObserver))
+        .with_broker(broker.clone(), |b| {
+            b.include(observed_badly);
+        })
+        .start()
+        .await
+        .unwrap();
+    publish(&broker, "observed-badly", (0..10).map(job)).await;
+    until("all acked", async || app.stats().await[0].acked == 10).await;
+    let info = broker.group_info("observed-badly", "g").await.unwrap();
+    assert_eq!((info.pending, info.lag), (0, 0));
+    app.shutdown_within(Duration::from_secs(1)).await;
+}
+
 // ---- stats ------------------------------------------------------------------------------------------
 
 #[subscriber(RedisStream::new("timed").group("g"), workers(2))]
@@ -852,6 +921,60 @@ async fn stats_time_handlers_on_the_tokio_clock() {
     assert_eq!(stats[0].delivered, 3);
     assert_eq!(stats[0].handler_time, Duration::from_secs(8));
     assert_eq!(stats[0].handler_max, Duration::from_secs(5));
+    app.shutdown().await;
+}
+
+#[subscriber(RedisStream::new("timed-chain").group("g"))]
+async fn timed_chain(job: &Job) {
+    tokio::time::sleep(Duration::from_secs(job.n)).await;
+}
+
+/// On one lane, a handler that waits and two that do not, run back to
+/// back: each is timed on its own.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_handler_is_timed_alone_when_quick_ones_follow_it() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(timed_chain);
+    })
+    .await;
+    publish(&broker, "timed-chain", [job(5), job(0), job(0)]).await;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let stats = app.stats().await;
+    assert_eq!(stats[0].acked, 3);
+    assert_eq!(stats[0].handler_max, Duration::from_secs(5));
+    assert_eq!(stats[0].handler_time, Duration::from_secs(5));
+    app.shutdown().await;
+}
+
+static COUNTED_BLOCK: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+static COUNTED_STARTED: AtomicUsize = AtomicUsize::new(0);
+
+#[subscriber(RedisStream::new("counted").group("g"))]
+async fn counted(_job: &Job) {
+    COUNTED_STARTED.fetch_add(1, Ordering::SeqCst);
+    let _ = COUNTED_BLOCK.acquire().await.map(|p| p.forget());
+}
+
+/// `delivered` counts a handler as soon as it starts, not when the task
+/// next wakes.
+#[tokio::test(start_paused = true)]
+async fn a_running_handler_is_counted_as_delivered() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(counted);
+    })
+    .await;
+    publish(&broker, "counted", [job(1)]).await;
+    until("started", async || {
+        COUNTED_STARTED.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    settle().await;
+    assert_eq!(app.stats().await[0].delivered, 1);
+    COUNTED_BLOCK.add_permits(1);
     app.shutdown().await;
 }
 
@@ -910,6 +1033,55 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanFields {
             self.0.lock().unwrap().push(fields.0.trim_end().to_owned());
         }
     }
+}
+
+/// Counts `delivery` spans opened and closed.
+#[derive(Clone, Default)]
+struct SpanLife(Arc<Mutex<(usize, usize)>>);
+
+impl<S> tracing_subscriber::Layer<S> for SpanLife
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() == "delivery" {
+            self.0.lock().unwrap().0 += 1;
+        }
+    }
+
+    fn on_close(&self, id: tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        if ctx.span(&id).is_some_and(|s| s.name() == "delivery") {
+            self.0.lock().unwrap().1 += 1;
+        }
+    }
+}
+
+#[subscriber(RedisStream::new("span-life").group("g"))]
+async fn span_life(_job: &Job) {}
+
+/// A delivery's span closes when its handler finishes, not when the lane
+/// next gets work.
+#[tokio::test(start_paused = true)]
+async fn a_delivery_span_closes_when_its_handler_finishes() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let life = SpanLife::default();
+    let subscriber = tracing_subscriber::registry().with(life.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(span_life);
+    })
+    .await;
+    publish(&broker, "span-life", [job(1)]).await;
+    until("handled", async || app.stats().await[0].acked == 1).await;
+    assert_eq!(*life.0.lock().unwrap(), (1, 1), "(opened, closed)");
+    app.shutdown().await;
 }
 
 #[subscriber(RedisStream::new("traced").group("g").consumer("tracer"))]

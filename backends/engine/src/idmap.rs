@@ -9,8 +9,10 @@
 //! (a tombstone) and pops tombstones off both ends. Tombstones left in the
 //! middle (behind an entry held for a long time) are swept out once they
 //! outnumber the live entries, so every operation stays amortised cheap.
-//! Inserting below the last id shifts the tail, which is linear, but only a
-//! cursor moved back or a journal replay in an odd order does that.
+//! Inserting below the last id either revives a tombstone (a redelivery
+//! takes an entry out and puts it back under the same id) or shifts the
+//! tail, which is linear, but only a cursor moved back or a journal replay
+//! in an odd order does that.
 
 use std::collections::VecDeque;
 use std::ops::Bound;
@@ -133,6 +135,8 @@ impl<V> IdMap<V> {
             rest = tail;
         }
         if rest.is_empty() {
+            // Front pops leave no tombstone at either end and only lower the
+            // tombstone count, so there is nothing to tidy.
             return;
         }
         if !rest.is_sorted() {
