@@ -12,6 +12,18 @@ use ruststream::{
     StreamStart, Trim,
 };
 
+/// Starts an app on `broker` with the subscribers `include` adds.
+pub async fn start(
+    broker: &MemoryBroker,
+    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
+) -> ruststream::Running {
+    ruststream::RustStream::new(ruststream::AppInfo::new("test", "0"))
+        .with_broker(broker.clone(), include)
+        .start()
+        .await
+        .expect("app starts")
+}
+
 /// Lets every task that can run, run, without moving the paused clock.
 pub async fn settle() {
     for _ in 0..200 {
