@@ -35,6 +35,12 @@
 //!   than twice per entry: a handler's time runs from the poll that started
 //!   it to the poll that saw it finish. A handler that finishes in the poll
 //!   that started it (it never waited) counts as taking no time.
+//! - A subscription first re-reads its own pending list (`OwnPending`,
+//!   page by page, not blocking) and handles what a predecessor with the
+//!   same consumer name left there, then reads as its kind says. Consumer
+//!   names are stable (`ruststream-0`, ... or `.consumer(..)`), so a
+//!   restarted process picks up what it held when it crashed, on any kind
+//!   of subscription, without waiting for `min_idle` or another consumer.
 //! - Shutdown is checked before every wake (a version check of the
 //!   signal), so a broker that always has entries ready cannot keep the
 //!   task from seeing it.
@@ -57,7 +63,7 @@ use std::time::Duration;
 
 use ruststream_core::{
     Broker, BrokerError, BrokerFuture, BrokerResult, Delivery, EntryId, Message, ReadBatch,
-    ReadRequest, Retry,
+    ReadMode, ReadRequest, Retry,
 };
 use tokio::sync::{Notify, watch};
 use tracing::Instrument;
@@ -496,6 +502,11 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
         }
     });
     let mut ops = SettleBatch::default();
+    // Entries a predecessor with this consumer name left pending (it
+    // crashed, or was killed) come first: the subscription pages through
+    // its own pending list (rule 5) before its first ordinary read. `Some`
+    // holds the id to page on from.
+    let mut recovering = Some(EntryId::ZERO);
 
     loop {
         // Spans at debug level can be on only when the level filter lets
@@ -525,14 +536,19 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
         // lane runs dry while the read is out.
         let low_water = lanes_n.min(read_ahead.saturating_sub(1));
         if read.is_none() && !stopping && !stop_now && backing_off.is_none() && held <= low_water {
+            let (mode, block) = match recovering {
+                // A pending list answers at once: no blocking.
+                Some(after) => (ReadMode::OwnPending { after }, None),
+                None => (mode, Some(READ_BLOCK)),
+            };
             let mut request = ReadRequest::new(
                 env.stream(),
                 env.group(),
                 &env.consumer,
                 mode,
                 read_ahead - held,
-            )
-            .block(READ_BLOCK);
+            );
+            request.block = block;
             request.max_deliveries = env.subscription.max_deliveries;
             read = Some(env.broker.read(request));
         }
@@ -642,6 +658,15 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                 match result {
                     Ok(batch) => {
                         backoff.reset();
+                        if let Some(after) = &mut recovering {
+                            // Page on past what this read handed out or
+                            // dead-lettered; an empty page ends recovery.
+                            let last = batch.deliveries.iter().map(Delivery::id);
+                            match last.chain(batch.dead_lettered.iter().copied()).max() {
+                                Some(last) => *after = last,
+                                None => recovering = None,
+                            }
+                        }
                         env.metrics
                             .read
                             .fetch_add(batch.deliveries.len() as u64, Ordering::SeqCst);

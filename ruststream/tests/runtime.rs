@@ -748,6 +748,97 @@ async fn a_handler_past_the_shutdown_deadline_is_stopped_and_its_entry_handed_ba
     assert_eq!(p[0].owed_in_ms, Some(0));
 }
 
+// ---- restart recovery ------------------------------------------------------------------------------
+
+static RECOVERED: Log = Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::new("recover").group("g").consumer("worker-a"))]
+async fn recover(job: &Job, ctx: &mut Context<'_>) {
+    RECOVERED
+        .lock()
+        .unwrap()
+        .push((job.n, ctx.delivery_count()));
+}
+
+static RECOVERED_CLAIMING: Log = Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::claiming("recover-claiming", MIN_IDLE).group("g").consumer("worker-b"))]
+async fn recover_claiming(job: &Job, ctx: &mut Context<'_>) {
+    RECOVERED_CLAIMING
+        .lock()
+        .unwrap()
+        .push((job.n, ctx.delivery_count()));
+}
+
+/// Reads `n` entries as `consumer` and never acks them: a process that
+/// crashed holding them.
+async fn crash_holding(broker: &MemoryBroker, stream: &str, consumer: &str, mode: ReadMode) {
+    let batch = broker
+        .read(ReadRequest::new(stream, "g", consumer, mode, 3))
+        .await
+        .unwrap();
+    assert_eq!(batch.deliveries.len(), 3);
+}
+
+/// A subscription restarted under the consumer name of one that crashed
+/// first handles what that one held, then new entries: on a `new`
+/// subscription nothing else would ever hand those entries out again.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_consumer_handles_what_it_held_before_the_crash() {
+    let broker = MemoryBroker::new();
+    broker
+        .ensure_group("recover", "g", ruststream::StreamStart::New)
+        .await
+        .unwrap();
+    publish(&broker, "recover", (0..3).map(job)).await;
+    crash_holding(&broker, "recover", "worker-a", ReadMode::New).await;
+    publish(&broker, "recover", (3..5).map(job)).await;
+
+    let app = start(&broker, |b| {
+        b.include(recover);
+    })
+    .await;
+    until("all handled", async || seen(&RECOVERED).len() == 5).await;
+    assert_eq!(
+        seen(&RECOVERED),
+        vec![(0, 1), (1, 1), (2, 1), (3, 0), (4, 0)],
+        "the held entries first, as redeliveries"
+    );
+    until("all acked", async || {
+        pending(&broker, "recover", "g").await.is_empty()
+    })
+    .await;
+    app.shutdown().await;
+}
+
+/// On a claiming subscription the restarted consumer does not wait out
+/// `min_idle` for what it held itself.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_claiming_consumer_does_not_wait_for_min_idle() {
+    let broker = MemoryBroker::new();
+    broker
+        .ensure_group("recover-claiming", "g", ruststream::StreamStart::New)
+        .await
+        .unwrap();
+    publish(&broker, "recover-claiming", (0..3).map(job)).await;
+    let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
+    crash_holding(&broker, "recover-claiming", "worker-b", mode).await;
+
+    let started = tokio::time::Instant::now();
+    let app = start(&broker, |b| {
+        b.include(recover_claiming);
+    })
+    .await;
+    until("all handled", async || seen(&RECOVERED_CLAIMING).len() == 3).await;
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "no clock movement needed"
+    );
+    assert_eq!(seen(&RECOVERED_CLAIMING), vec![(0, 1), (1, 1), (2, 1)]);
+    app.shutdown().await;
+}
+
 // ---- acks ----------------------------------------------------------------------------------------
 
 static BATCHED: AtomicUsize = AtomicUsize::new(0);

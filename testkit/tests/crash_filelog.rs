@@ -1,10 +1,14 @@
 //! Crash test of the file log: a child process publishes and consumes, and
 //! is killed with SIGKILL at random moments, over and over. After each kill
 //! a checker opens the log and verifies that every publish acknowledged to
-//! the producer is there (0 lost) and that the group skipped nothing: every
-//! entry at or before its cursor was handled or is still pending or
-//! dead-lettered (0 skipped). Entries handled more than once (allowed:
-//! delivery is at least once) are counted and reported.
+//! the producer is there (0 lost) and that neither group skipped anything:
+//! every entry at or before a group's cursor was handled or is still
+//! pending or dead-lettered (0 skipped). At the end a last child drains
+//! both groups and exits: every published entry was then handled by both,
+//! the `new` group `audit` included, which gets back what a killed child
+//! held only through the restarted child's recovery of its own pending
+//! list. Entries handled more than once (allowed: delivery is at least
+//! once) are counted and reported.
 //!
 //! This test kills real processes, so it runs in real time (about ten
 //! seconds); every other test of time uses the paused clock.
@@ -39,6 +43,7 @@ impl Lcg {
 struct Seen {
     published: BTreeMap<EntryId, String>,
     handled: HashMap<EntryId, u32>,
+    audited: HashMap<EntryId, u32>,
 }
 
 impl Seen {
@@ -57,6 +62,9 @@ impl Seen {
                 }
                 (Some("HANDLED"), Some(id), None) => {
                     *self.handled.entry(id.parse().unwrap()).or_default() += 1;
+                }
+                (Some("AUDITED"), Some(id), None) => {
+                    *self.audited.entry(id.parse().unwrap()).or_default() += 1;
                 }
                 _ => panic!("unexpected line from the child: {line:?}"),
             }
@@ -85,34 +93,55 @@ async fn check(dir: &std::path::Path, seen: &Seen, round: usize) -> (usize, u64)
         &lost[..lost.len().min(3)]
     );
 
-    let info = broker.group_info("jobs", "workers").await.unwrap();
-    let pending: BTreeSet<EntryId> = broker
-        .pending("jobs", "workers", EntryId::ZERO, usize::MAX, None)
-        .await
-        .unwrap()
-        .iter()
-        .map(|p| p.id)
-        .collect();
-    let dead: BTreeSet<EntryId> = broker
-        .dead_letters("jobs", "workers", EntryId::ZERO, usize::MAX)
-        .await
-        .unwrap()
-        .iter()
-        .map(|d| d.id())
-        .collect();
-    let skipped: Vec<EntryId> = entries
-        .iter()
-        .map(|e| e.id)
-        .filter(|id| *id <= info.last_delivered)
-        .filter(|id| !pending.contains(id) && !dead.contains(id) && !seen.handled.contains_key(id))
-        .collect();
+    let mut held = 0;
+    for (group, handled) in [("workers", &seen.handled), ("audit", &seen.audited)] {
+        let info = broker.group_info("jobs", group).await.unwrap();
+        let pending: BTreeSet<EntryId> = broker
+            .pending("jobs", group, EntryId::ZERO, usize::MAX, None)
+            .await
+            .unwrap()
+            .iter()
+            .map(|p| p.id)
+            .collect();
+        let dead: BTreeSet<EntryId> = broker
+            .dead_letters("jobs", group, EntryId::ZERO, usize::MAX)
+            .await
+            .unwrap()
+            .iter()
+            .map(|d| d.id())
+            .collect();
+        let skipped: Vec<EntryId> = entries
+            .iter()
+            .map(|e| e.id)
+            .filter(|id| *id <= info.last_delivered)
+            .filter(|id| !pending.contains(id) && !dead.contains(id) && !handled.contains_key(id))
+            .collect();
+        assert!(
+            skipped.is_empty(),
+            "round {round}: group {group}: {} entries skipped, e.g. {:?}",
+            skipped.len(),
+            &skipped[..skipped.len().min(3)]
+        );
+        held += info.pending;
+    }
+    (entries.len(), held)
+}
+
+/// Runs a child with `--drain`: it handles what is left and exits once
+/// both groups are empty.
+fn drain_with_child(dir: &std::path::Path, seen: &mut Seen) {
+    let out = Command::new(env!("CARGO_BIN_EXE_filelog-crash-child"))
+        .arg(dir)
+        .arg("--drain")
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
     assert!(
-        skipped.is_empty(),
-        "round {round}: {} entries skipped, e.g. {:?}",
-        skipped.len(),
-        &skipped[..skipped.len().min(3)]
+        out.status.success(),
+        "the draining child failed: {}",
+        out.status
     );
-    (entries.len(), info.pending)
+    seen.take(&String::from_utf8(out.stdout).unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,7 +178,24 @@ async fn kill_9_loses_nothing_and_skips_nothing() {
         seen.published.len()
     );
 
-    // Drain what is left, then every published entry was handled.
+    // A last child drains both groups: what killed children held comes
+    // back to it by claiming (`workers`) and by its own pending list
+    // (`audit`, where nothing else would hand it out again).
+    drain_with_child(&dir, &mut seen);
+    let never_audited: Vec<_> = seen
+        .published
+        .keys()
+        .filter(|id| !seen.audited.contains_key(id))
+        .collect();
+    assert!(
+        never_audited.is_empty(),
+        "{} published entries never handled by the `new` group, e.g. {:?}",
+        never_audited.len(),
+        &never_audited[..never_audited.len().min(3)]
+    );
+
+    // Whatever `workers` still has (nothing, after the drain) is claimed
+    // here; then every published entry was handled.
     let broker = FileLogBroker::open(&dir).unwrap();
     loop {
         let mode = ReadMode::Claiming {
@@ -180,8 +226,10 @@ async fn kill_9_loses_nothing_and_skips_nothing() {
         &never[..never.len().min(3)]
     );
     let duplicates = seen.handled.values().filter(|n| **n > 1).count();
+    let audited_twice = seen.audited.values().filter(|n| **n > 1).count();
     println!(
-        "seed {seed}: {KILLS} kills, {} acknowledged publishes, 0 lost, 0 skipped, {duplicates} handled more than once",
+        "seed {seed}: {KILLS} kills, {} acknowledged publishes, 0 lost, 0 skipped, \
+         {duplicates} handled more than once by `workers`, {audited_twice} by `audit`",
         seen.published.len()
     );
     drop(broker);

@@ -2,11 +2,18 @@
 //! (`testkit/tests/crash_filelog.rs`): it publishes and consumes on the file
 //! log in the directory given as its argument until it is killed, and
 //! reports on stdout, one line each, every publish acknowledged to it
-//! (`PUBLISHED <id> <payload>`) and every entry its handler started
-//! (`HANDLED <id>`), so that a checker can tell what must have survived.
+//! (`PUBLISHED <id> <payload>`) and every entry its handlers started
+//! (`HANDLED <id>` for the claiming group `workers`, `AUDITED <id>` for the
+//! `new` group `audit`), so that a checker can tell what must have
+//! survived.
+//!
+//! With `--drain` after the directory it publishes nothing: it handles
+//! what is left (what killed predecessors held included), shuts down
+//! gracefully once both groups have nothing left, and exits with success.
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ruststream::prelude::*;
@@ -18,6 +25,33 @@ const MIN_IDLE: Duration = Duration::from_millis(300);
 #[subscriber(RedisStream::claiming("jobs", MIN_IDLE).group("workers"), workers(4))]
 async fn work(_payload: &[u8], ctx: &mut Context<'_>) {
     println!("HANDLED {}", ctx.id());
+}
+
+/// Set when draining: no handler stalls then.
+static DRAINING: AtomicBool = AtomicBool::new(false);
+static AUDITS: AtomicU64 = AtomicU64::new(0);
+
+/// A `new` subscription: nothing but its own restart recovery hands out
+/// again what a killed predecessor held. Every 40th entry stalls its lane
+/// until the child is killed (unless draining), so that kills leave
+/// entries held.
+#[subscriber(RedisStream::new("jobs").group("audit"), workers(2))]
+async fn audit(_payload: &[u8], ctx: &mut Context<'_>) {
+    if !DRAINING.load(Ordering::Relaxed) && AUDITS.fetch_add(1, Ordering::Relaxed) % 40 == 39 {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    println!("AUDITED {}", ctx.id());
+}
+
+/// Whether both groups have handled and settled everything.
+async fn drained(broker: &dyn Broker) -> bool {
+    for group in ["workers", "audit"] {
+        match broker.group_info("jobs", group).await {
+            Ok(info) if info.lag == 0 && info.pending == 0 => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 async fn produce(broker: Arc<dyn Broker>, producer: u64) {
@@ -49,8 +83,19 @@ async fn produce(broker: Arc<dyn Broker>, producer: u64) {
 
 fn main() -> ExitCode {
     let Some(dir) = std::env::args().nth(1) else {
-        eprintln!("usage: filelog-crash-child DIR");
+        eprintln!("usage: filelog-crash-child DIR [--drain]");
         return ExitCode::from(2);
+    };
+    let drain = match std::env::args().nth(2).as_deref() {
+        None => false,
+        Some("--drain") => {
+            DRAINING.store(true, Ordering::Relaxed);
+            true
+        }
+        Some(other) => {
+            eprintln!("unknown argument {other:?}; usage: filelog-crash-child DIR [--drain]");
+            return ExitCode::from(2);
+        }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -74,6 +119,7 @@ fn main() -> ExitCode {
             Arc::clone(&broker),
             |b| {
                 b.include(work);
+                b.include(audit);
             },
         );
         let running = match app.start().await {
@@ -83,6 +129,18 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        if drain {
+            for _ in 0..600 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if drained(&*broker).await {
+                    running.shutdown().await;
+                    return ExitCode::SUCCESS;
+                }
+            }
+            eprintln!("not drained after 30 s");
+            running.shutdown().await;
+            return ExitCode::FAILURE;
+        }
         let producers: Vec<_> = (0..4)
             .map(|p| tokio::spawn(produce(Arc::clone(&broker), p)))
             .collect();
