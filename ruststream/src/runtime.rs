@@ -584,7 +584,7 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                         Ok(Poll::Ready(done)) => done,
                         Err(panic) => match &running {
                             Some(entry) => worker.panicked(entry, &*panic),
-                            // Not reached: a running slot has its delivery.
+                            // Not reached: a running slot has its record.
                             None => {
                                 lanes.slots[lane].set(None);
                                 drop(entered);
