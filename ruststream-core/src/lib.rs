@@ -10,6 +10,7 @@
 mod broker;
 mod clock;
 mod error;
+mod forward;
 mod headers;
 mod id;
 mod info;

@@ -60,8 +60,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ruststream_core::{
-    Broker, BrokerFuture, BrokerResult, Clock, ConsumerInfo, DeadLetter, Entry, EntryId, GroupInfo,
-    Message, PendingEntry, ReadBatch, ReadMode, ReadRequest, Retry, StreamInfo, StreamStart, Trim,
+    Broker, BrokerFuture, BrokerResult, Clock, EntryId, Message, ReadBatch, ReadRequest, Retry,
+    StreamStart, Trim, forward_broker,
 };
 use ruststream_memory::{Durability, LocalBroker};
 use store::Store;
@@ -194,10 +194,6 @@ impl Broker for FileLogBroker {
         "filelog"
     }
 
-    fn check_mode(&self, mode: ReadMode) -> BrokerFuture<'_, ()> {
-        self.inner.check_mode(mode)
-    }
-
     fn publish<'a>(&'a self, stream: &'a str, message: Message) -> BrokerFuture<'a, EntryId> {
         let call = self.inner.publish(stream, message);
         Box::pin(async move {
@@ -289,54 +285,12 @@ impl Broker for FileLogBroker {
         delegate!(self.discard(stream, group, ids))
     }
 
-    fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo> {
-        self.inner.group_info(stream, group)
-    }
-
-    fn consumers<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-    ) -> BrokerFuture<'a, Vec<ConsumerInfo>> {
-        self.inner.consumers(stream, group)
-    }
-
-    fn pending<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        from: EntryId,
-        count: usize,
-        consumer: Option<&'a str>,
-    ) -> BrokerFuture<'a, Vec<PendingEntry>> {
-        self.inner.pending(stream, group, from, count, consumer)
-    }
-
-    fn dead_letters<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        from: EntryId,
-        count: usize,
-    ) -> BrokerFuture<'a, Vec<DeadLetter>> {
-        self.inner.dead_letters(stream, group, from, count)
-    }
-
-    fn range<'a>(
-        &'a self,
-        stream: &'a str,
-        from: EntryId,
-        to: EntryId,
-        count: usize,
-    ) -> BrokerFuture<'a, Vec<Entry>> {
-        self.inner.range(stream, from, to, count)
-    }
-
-    fn stream_info<'a>(&'a self, stream: &'a str) -> BrokerFuture<'a, Option<StreamInfo>> {
-        self.inner.stream_info(stream)
-    }
-
     fn trim<'a>(&'a self, stream: &'a str, trim: Trim) -> BrokerFuture<'a, u64> {
         delegate!(self.trim(stream, trim))
     }
+
+    // Everything else passes through unchanged.
+    forward_broker!(
+        inner: check_mode, group_info, consumers, pending, dead_letters, range, stream_info,
+    );
 }

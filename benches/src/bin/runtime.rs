@@ -76,8 +76,7 @@ use std::time::{Duration, Instant};
 
 use ruststream::prelude::*;
 use ruststream::{
-    Broker, BrokerFuture, ConsumerInfo, DeadLetter, Entry, GroupInfo, Message, PendingEntry,
-    ReadBatch, ReadMode, ReadRequest, Retry, StreamInfo, Subscriber, Trim,
+    Broker, BrokerFuture, Message, ReadBatch, ReadMode, ReadRequest, Subscriber, forward_broker,
 };
 use ruststream_benches::{Probe, counting};
 use tokio::runtime::Runtime;
@@ -243,44 +242,6 @@ struct Counted {
 }
 
 impl Broker for Counted {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn check_mode(&self, mode: ReadMode) -> BrokerFuture<'_, ()> {
-        self.inner.check_mode(mode)
-    }
-
-    fn publish<'a>(&'a self, stream: &'a str, message: Message) -> BrokerFuture<'a, EntryId> {
-        self.inner.publish(stream, message)
-    }
-
-    fn publish_batch<'a>(
-        &'a self,
-        stream: &'a str,
-        messages: Vec<Message>,
-    ) -> BrokerFuture<'a, Vec<EntryId>> {
-        self.inner.publish_batch(stream, messages)
-    }
-
-    fn ensure_group<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        start: StreamStart,
-    ) -> BrokerFuture<'a, bool> {
-        self.inner.ensure_group(stream, group, start)
-    }
-
-    fn set_group_position<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        start: StreamStart,
-    ) -> BrokerFuture<'a, ()> {
-        self.inner.set_group_position(stream, group, start)
-    }
-
     fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
         self.calls.reads.fetch_add(1, Ordering::Relaxed);
         self.inner.read(request)
@@ -296,94 +257,12 @@ impl Broker for Counted {
         self.inner.ack(stream, group, ids)
     }
 
-    fn retry<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-        how: Retry,
-    ) -> BrokerFuture<'a, u64> {
-        self.inner.retry(stream, group, ids, how)
-    }
-
-    fn dead_letter<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-        reason: &'a str,
-    ) -> BrokerFuture<'a, u64> {
-        self.inner.dead_letter(stream, group, ids, reason)
-    }
-
-    fn redrive<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        self.inner.redrive(stream, group, ids)
-    }
-
-    fn discard<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        self.inner.discard(stream, group, ids)
-    }
-
-    fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo> {
-        self.inner.group_info(stream, group)
-    }
-
-    fn consumers<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-    ) -> BrokerFuture<'a, Vec<ConsumerInfo>> {
-        self.inner.consumers(stream, group)
-    }
-
-    fn pending<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        from: EntryId,
-        count: usize,
-        consumer: Option<&'a str>,
-    ) -> BrokerFuture<'a, Vec<PendingEntry>> {
-        self.inner.pending(stream, group, from, count, consumer)
-    }
-
-    fn dead_letters<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        from: EntryId,
-        count: usize,
-    ) -> BrokerFuture<'a, Vec<DeadLetter>> {
-        self.inner.dead_letters(stream, group, from, count)
-    }
-
-    fn range<'a>(
-        &'a self,
-        stream: &'a str,
-        from: EntryId,
-        to: EntryId,
-        count: usize,
-    ) -> BrokerFuture<'a, Vec<Entry>> {
-        self.inner.range(stream, from, to, count)
-    }
-
-    fn stream_info<'a>(&'a self, stream: &'a str) -> BrokerFuture<'a, Option<StreamInfo>> {
-        self.inner.stream_info(stream)
-    }
-
-    fn trim<'a>(&'a self, stream: &'a str, trim: Trim) -> BrokerFuture<'a, u64> {
-        self.inner.trim(stream, trim)
-    }
+    // Everything else passes through unchanged.
+    forward_broker!(
+        inner: name, check_mode, publish, publish_batch, ensure_group, set_group_position,
+        retry, dead_letter, redrive, discard, group_info, consumers, pending, dead_letters,
+        range, stream_info, trim,
+    );
 }
 
 /// Publishes the `messages` payments to `broker`'s stream (not timed).

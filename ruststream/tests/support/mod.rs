@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ruststream::{
-    Broker, BrokerError, BrokerFuture, ConsumerInfo, DeadLetter, Entry, EntryId, GroupInfo,
-    MemoryBroker, Message, PendingEntry, ReadBatch, ReadMode, ReadRequest, Retry, StreamInfo,
-    StreamStart, Trim,
+    Broker, BrokerError, BrokerFuture, EntryId, MemoryBroker, PendingEntry, ReadBatch, ReadMode,
+    ReadRequest, forward_broker,
 };
 
 /// Starts an app on `broker` with the subscribers `include` adds.
@@ -90,25 +89,6 @@ impl Broker for Spy {
             Ok(())
         })
     }
-    fn publish_batch<'a>(&'a self, s: &'a str, m: Vec<Message>) -> BrokerFuture<'a, Vec<EntryId>> {
-        self.inner.publish_batch(s, m)
-    }
-    fn ensure_group<'a>(
-        &'a self,
-        s: &'a str,
-        g: &'a str,
-        st: StreamStart,
-    ) -> BrokerFuture<'a, bool> {
-        self.inner.ensure_group(s, g, st)
-    }
-    fn set_group_position<'a>(
-        &'a self,
-        s: &'a str,
-        g: &'a str,
-        st: StreamStart,
-    ) -> BrokerFuture<'a, ()> {
-        self.inner.set_group_position(s, g, st)
-    }
     fn read<'a>(&'a self, r: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
         self.read_calls.fetch_add(1, Ordering::SeqCst);
         self.inner.read(r)
@@ -117,70 +97,12 @@ impl Broker for Spy {
         self.ack_calls.fetch_add(1, Ordering::SeqCst);
         self.inner.ack(s, g, ids)
     }
-    fn retry<'a>(
-        &'a self,
-        s: &'a str,
-        g: &'a str,
-        ids: &'a [EntryId],
-        how: Retry,
-    ) -> BrokerFuture<'a, u64> {
-        self.inner.retry(s, g, ids, how)
-    }
-    fn dead_letter<'a>(
-        &'a self,
-        s: &'a str,
-        g: &'a str,
-        ids: &'a [EntryId],
-        r: &'a str,
-    ) -> BrokerFuture<'a, u64> {
-        self.inner.dead_letter(s, g, ids, r)
-    }
-    fn redrive<'a>(&'a self, s: &'a str, g: &'a str, ids: &'a [EntryId]) -> BrokerFuture<'a, u64> {
-        self.inner.redrive(s, g, ids)
-    }
-    fn discard<'a>(&'a self, s: &'a str, g: &'a str, ids: &'a [EntryId]) -> BrokerFuture<'a, u64> {
-        self.inner.discard(s, g, ids)
-    }
-    fn group_info<'a>(&'a self, s: &'a str, g: &'a str) -> BrokerFuture<'a, GroupInfo> {
-        self.inner.group_info(s, g)
-    }
-    fn consumers<'a>(&'a self, s: &'a str, g: &'a str) -> BrokerFuture<'a, Vec<ConsumerInfo>> {
-        self.inner.consumers(s, g)
-    }
-    fn pending<'a>(
-        &'a self,
-        s: &'a str,
-        g: &'a str,
-        f: EntryId,
-        c: usize,
-        o: Option<&'a str>,
-    ) -> BrokerFuture<'a, Vec<PendingEntry>> {
-        self.inner.pending(s, g, f, c, o)
-    }
-    fn dead_letters<'a>(
-        &'a self,
-        s: &'a str,
-        g: &'a str,
-        f: EntryId,
-        c: usize,
-    ) -> BrokerFuture<'a, Vec<DeadLetter>> {
-        self.inner.dead_letters(s, g, f, c)
-    }
-    fn range<'a>(
-        &'a self,
-        s: &'a str,
-        f: EntryId,
-        t: EntryId,
-        c: usize,
-    ) -> BrokerFuture<'a, Vec<Entry>> {
-        self.inner.range(s, f, t, c)
-    }
-    fn stream_info<'a>(&'a self, s: &'a str) -> BrokerFuture<'a, Option<StreamInfo>> {
-        self.inner.stream_info(s)
-    }
-    fn trim<'a>(&'a self, s: &'a str, t: Trim) -> BrokerFuture<'a, u64> {
-        self.inner.trim(s, t)
-    }
+
+    // Everything else passes through unchanged.
+    forward_broker!(
+        inner: publish_batch, ensure_group, set_group_position, retry, dead_letter, redrive,
+        discard, group_info, consumers, pending, dead_letters, range, stream_info, trim,
+    );
 }
 
 pub const SECOND: Duration = Duration::from_secs(1);
