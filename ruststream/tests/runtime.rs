@@ -986,22 +986,33 @@ async fn timed(job: &Job) {
 /// that sleep are timed exactly, and one that does not wait adds nothing.
 #[tokio::test(start_paused = true)]
 async fn stats_time_handlers_on_the_tokio_clock() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
+    let stats = stats_after_ten_seconds("timed", [0, 3, 5], |b| {
         b.include(timed);
     })
     .await;
-    publish(&broker, "timed", [job(0), job(3), job(5)]).await;
-    // Sleeping lets the paused clock jump to the handlers' timers.
+    assert_eq!(stats.acked, 3);
+    assert_eq!(stats.delivered, 3);
+    assert_eq!(stats.handler_time, Duration::from_secs(8));
+    assert_eq!(stats.handler_max, Duration::from_secs(5));
+}
+
+/// Starts an app with one subscriber, publishes jobs `ns` to `stream`,
+/// lets ten seconds pass on the paused clock (sleeping, so the clock jumps
+/// to the handlers' timers) and returns the subscriber's stats.
+async fn stats_after_ten_seconds(
+    stream: &str,
+    ns: impl IntoIterator<Item = u64>,
+    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
+) -> ruststream::SubscriptionStats {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, include).await;
+    publish(&broker, stream, ns.into_iter().map(job)).await;
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let stats = app.stats().await;
-    assert_eq!(stats[0].acked, 3);
-    assert_eq!(stats[0].delivered, 3);
-    assert_eq!(stats[0].handler_time, Duration::from_secs(8));
-    assert_eq!(stats[0].handler_max, Duration::from_secs(5));
+    let stats = app.stats().await.remove(0);
     app.shutdown().await;
+    stats
 }
 
 #[subscriber(RedisStream::new("timed-chain").group("g"))]
@@ -1013,20 +1024,13 @@ async fn timed_chain(job: &Job) {
 /// back: each is timed on its own.
 #[tokio::test(start_paused = true)]
 async fn a_waiting_handler_is_timed_alone_when_quick_ones_follow_it() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
+    let stats = stats_after_ten_seconds("timed-chain", [5, 0, 0], |b| {
         b.include(timed_chain);
     })
     .await;
-    publish(&broker, "timed-chain", [job(5), job(0), job(0)]).await;
-    for _ in 0..10 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    let stats = app.stats().await;
-    assert_eq!(stats[0].acked, 3);
-    assert_eq!(stats[0].handler_max, Duration::from_secs(5));
-    assert_eq!(stats[0].handler_time, Duration::from_secs(5));
-    app.shutdown().await;
+    assert_eq!(stats.acked, 3);
+    assert_eq!(stats.handler_max, Duration::from_secs(5));
+    assert_eq!(stats.handler_time, Duration::from_secs(5));
 }
 
 static COUNTED_BLOCK: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
