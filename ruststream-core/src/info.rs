@@ -23,6 +23,35 @@ pub enum StreamStart {
     Id(EntryId),
 }
 
+impl StreamStart {
+    /// Checks that a group can start (or move its cursor) here on a stream
+    /// whose last id ever appended is `last_id`. An id past that is refused:
+    /// the group would pass over every entry appended until the clock
+    /// reached the id, a silent skip. Every broker calls this before it
+    /// creates or moves a group.
+    ///
+    /// ```
+    /// use ruststream_core::{EntryId, StreamStart};
+    ///
+    /// let last = EntryId::new(5, 0);
+    /// assert!(StreamStart::Id(EntryId::new(5, 0)).check_within("jobs", last).is_ok());
+    /// let err = StreamStart::Id(EntryId::new(9, 0)).check_within("jobs", last).unwrap_err();
+    /// assert!(err.to_string().contains("past the last entry of stream \"jobs\" (5-0)"));
+    /// ```
+    pub fn check_within(self, stream: &str, last_id: EntryId) -> crate::BrokerResult<()> {
+        match self {
+            StreamStart::Id(id) if id > last_id => {
+                Err(crate::BrokerError::InvalidArgument(format!(
+                    "start position {id} is past the last entry of stream {stream:?} ({last_id}): \
+                     the group would skip every entry appended before the clock reaches it; \
+                     use StreamStart::New for only new entries"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A summary of one stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamInfo {

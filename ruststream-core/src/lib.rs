@@ -15,6 +15,7 @@ mod headers;
 mod id;
 mod info;
 mod message;
+mod names;
 
 pub use broker::{Broker, BrokerFuture, ReadBatch, ReadMode, ReadRequest, Retry, Trim};
 pub use clock::Clock;
@@ -23,3 +24,4 @@ pub use headers::Headers;
 pub use id::{EntryId, ParseEntryIdError};
 pub use info::{ConsumerInfo, DeadLetter, GroupInfo, PendingEntry, StreamInfo, StreamStart};
 pub use message::{Delivery, Entry, Message};
+pub use names::{MAX_NAME_LEN, NameKind, NameRules, check_name, check_stream_group};
