@@ -163,6 +163,14 @@ pub trait Broker: Send + Sync + 'static {
     /// `"redis"`.
     fn name(&self) -> &'static str;
 
+    /// Why the broker has stopped taking writes, if it has: a durable broker
+    /// that could not make a write durable (an fsync error) stops for good
+    /// (fail-stop) and says so here, so an app can report it in its health.
+    /// `None` while the broker works (the default).
+    fn failure(&self) -> Option<String> {
+        None
+    }
+
     /// Checks that the broker can serve reads in `mode`, before an app
     /// reads anything. An error is [`crate::BrokerError::Unsupported`]
     /// explaining why and what to do instead (for Redis `Claiming`: the

@@ -42,6 +42,11 @@ macro_rules! forward_broker {
             self.$f.name()
         }
     };
+    (@method $f:ident failure) => {
+        fn failure(&self) -> Option<String> {
+            self.$f.failure()
+        }
+    };
     (@method $f:ident check_mode) => {
         fn check_mode(&self, mode: $crate::ReadMode) -> $crate::BrokerFuture<'_, ()> {
             self.$f.check_mode(mode)
