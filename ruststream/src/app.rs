@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ruststream_core::{Broker, BrokerError};
+use ruststream_core::{Broker, BrokerError, EntryId, NameKind, check_name};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -287,13 +287,14 @@ impl RustStream {
                 plans.push(plan);
             }
         }
+        let mut floors = Vec::with_capacity(plans.len());
         for plan in &plans {
-            plan.prepare_group().await?;
+            floors.push(plan.prepare_group().await?);
         }
         let (signal, watch) = watch::channel(None);
         let mut tasks = Vec::new();
         let mut subscriptions = Vec::new();
-        for plan in plans {
+        for (plan, resume_floor) in plans.into_iter().zip(floors) {
             let metrics = Arc::new(Metrics::default());
             let env = Env {
                 broker: Arc::clone(&plan.broker),
@@ -305,6 +306,7 @@ impl RustStream {
                 shutdown: watch.clone(),
                 metrics: Arc::clone(&metrics),
                 observer: self.observer.clone(),
+                resume_floor,
             };
             tracing::info!(
                 subscriber = plan.info.name,
@@ -404,13 +406,23 @@ impl Plan {
             subscriber: describe(&info, &subscription),
             detail,
         };
-        if subscription.stream.group_name().is_none_or(str::is_empty) {
+        let Some(group) = subscription.stream.group_name() else {
             return Err(invalid(
                 "it names no consumer group: add .group(\"name\") to its stream descriptor".into(),
             ));
-        }
-        if subscription.stream.stream_name().is_empty() {
-            return Err(invalid("its stream name is empty".into()));
+        };
+        // The names' rules live in one place, the core; every broker checks
+        // them again on each call.
+        let names = check_name(NameKind::Stream, subscription.stream.stream_name())
+            .and_then(|()| check_name(NameKind::Group, group))
+            .and_then(|()| {
+                subscription
+                    .stream
+                    .consumer_name()
+                    .map_or(Ok(()), |c| check_name(NameKind::Consumer, c))
+            });
+        if let Err(error) = names {
+            return Err(invalid(error.to_string()));
         }
         if subscription.workers == 0 {
             return Err(invalid("workers must be at least 1".into()));
@@ -453,7 +465,11 @@ impl Plan {
         describe(&self.info, &self.subscription)
     }
 
-    async fn prepare_group(&self) -> Result<(), StartError> {
+    /// Creates the group if needed, moves its cursor if asked, and returns
+    /// the group's last delivered id: the point a group lost later (a
+    /// server restart) is recreated from, until the subscription reads
+    /// past it.
+    async fn prepare_group(&self) -> Result<EntryId, StartError> {
         let stream = self.subscription.stream.stream_name();
         let failed = |source| StartError::Broker {
             subscriber: self.describe(),
@@ -479,7 +495,12 @@ impl Plan {
                 "group cursor moved (start_at)"
             );
         }
-        Ok(())
+        let info = self
+            .broker
+            .group_info(stream, self.group())
+            .await
+            .map_err(failed)?;
+        Ok(info.last_delivered)
     }
 }
 

@@ -63,7 +63,7 @@ use std::time::Duration;
 
 use ruststream_core::{
     Broker, BrokerError, BrokerFuture, BrokerResult, Delivery, EntryId, Message, ReadBatch,
-    ReadMode, ReadRequest, Retry,
+    ReadMode, ReadRequest, Retry, StreamStart,
 };
 use tokio::sync::{Notify, watch};
 use tracing::Instrument;
@@ -92,9 +92,11 @@ macro_rules! report {
 const READ_BLOCK: Duration = Duration::from_secs(5);
 /// Outcomes applied per settle batch at most.
 const SETTLE_BATCH: usize = 1024;
-/// Attempts at a settle call that fails transiently before giving up (the
-/// entries then stay pending and are redelivered).
-const SETTLE_ATTEMPTS: u32 = 6;
+/// Attempts at a settle call once the subscription has stopped (the
+/// process is shutting down) before the settler gives up on it. While the
+/// subscription runs there is no limit: an outcome is applied again, with
+/// backoff, until it lands (see `settle_call`).
+const SETTLE_ATTEMPTS_AT_STOP: u32 = 6;
 
 /// Everything a subscription's tasks share.
 #[derive(Clone)]
@@ -109,6 +111,10 @@ pub(crate) struct Env {
     pub(crate) shutdown: watch::Receiver<Option<Duration>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
+    /// The group's last delivered id when the subscription started: where a
+    /// group the broker loses (a server restart without persistence) is
+    /// recreated from until the subscription has read past it.
+    pub(crate) resume_floor: EntryId,
 }
 
 impl Env {
@@ -268,6 +274,9 @@ struct Outbox {
     ops: Mutex<SettleBatch>,
     ready: Notify,
     closed: AtomicBool,
+    /// Signalled by the settler each time outcomes reach the broker: the
+    /// task may then have room to read again (see `Metrics::in_flight`).
+    settled: Notify,
 }
 
 impl Outbox {
@@ -278,6 +287,11 @@ impl Outbox {
             .unwrap_or_else(PoisonError::into_inner)
             .append(ops);
         self.ready.notify_one();
+    }
+
+    /// Whether no more outcomes will come: the subscription has stopped.
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// No more outcomes will come.
@@ -334,6 +348,8 @@ enum Wake {
     Deadline,
     /// The backoff after a failed read is over.
     BackedOff,
+    /// Outcomes reached the broker: there may be room to read.
+    Settled,
 }
 
 /// What the task keeps of the entry a slot runs: enough to report a panic
@@ -483,6 +499,12 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
     // The clock, read once per poll of the task's poll loop.
     let mut now = 0u64;
     let mut held = 0usize; // entries read and not yet handled
+    // The highest id this subscription has read: a group the broker loses
+    // is recreated after it (see `Worker::recreate_group`).
+    let mut last_read = env.resume_floor;
+    // Armed while the read-ahead is full of outcomes not yet confirmed by
+    // the broker: the settler's signal that some landed.
+    let mut room: Option<Pin<Box<tokio::sync::futures::Notified<'_>>>> = None;
     let mut read: Option<BrokerFuture<'_, ReadBatch>> = None;
     let mut backoff = Backoff::new();
     let mut backing_off: Option<Pin<Box<tokio::time::Sleep>>> = None;
@@ -531,11 +553,22 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
         }
         let stop_now = !stopping && shutdown_asked(&mut peek);
         // Read when nothing is in flight, no backoff runs, and no more
-        // than one entry per lane is left: reads then come in batches of
-        // most of the read-ahead rather than one entry at a time, and no
+        // than one entry per lane is unsettled: reads then come in batches
+        // of most of the read-ahead rather than one entry at a time, and no
         // lane runs dry while the read is out.
+        //
+        // The bound counts every entry read and not yet settled at the
+        // broker: waiting in a lane, running, or handled with its outcome
+        // on the way to the broker (or being applied again after a broker
+        // failure). So a crash redelivers at most the read-ahead, and a
+        // broker that refuses settles stops reading rather than letting
+        // handled entries pile up. Outcomes of this wake are pushed below,
+        // before the next read is considered, so they count already.
         let low_water = lanes_n.min(read_ahead.saturating_sub(1));
-        if read.is_none() && !stopping && !stop_now && backing_off.is_none() && held <= low_water {
+        let unsettled = usize::try_from(env.metrics.in_flight()).unwrap_or(usize::MAX);
+        let may_read = read.is_none() && !stopping && !stop_now && backing_off.is_none();
+        if may_read && unsettled <= low_water {
+            room = None;
             let (mode, block) = match recovering {
                 // A pending list answers at once: no blocking.
                 Some(after) => (ReadMode::OwnPending { after }, None),
@@ -546,11 +579,13 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                 env.group(),
                 &env.consumer,
                 mode,
-                read_ahead - held,
+                read_ahead - unsettled,
             );
             request.block = block;
             request.max_deliveries = env.subscription.max_deliveries;
             read = Some(env.broker.read(request));
+        } else if may_read && room.is_none() {
+            room = Some(Box::pin(outbox.settled.notified()));
         }
 
         let mut progress = false;
@@ -632,6 +667,11 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
             {
                 return Poll::Ready(Wake::BackedOff);
             }
+            if let Some(r) = room.as_mut()
+                && r.as_mut().poll(cx).is_ready()
+            {
+                return Poll::Ready(Wake::Settled);
+            }
             if !stopping && stop.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Wake::Stop);
             }
@@ -667,6 +707,10 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                                 None => recovering = None,
                             }
                         }
+                        let ids = batch.deliveries.iter().map(Delivery::id);
+                        if let Some(max) = ids.chain(batch.dead_lettered.iter().copied()).max() {
+                            last_read = last_read.max(max);
+                        }
                         env.metrics
                             .read
                             .fetch_add(batch.deliveries.len() as u64, Ordering::SeqCst);
@@ -682,12 +726,13 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                     }
                     Err(error) => {
                         let delay = backoff.next_delay();
-                        worker.read_failed(&error, delay).await;
+                        worker.read_failed(&error, delay, last_read).await;
                         backing_off = Some(Box::pin(tokio::time::sleep(delay)));
                     }
                 }
             }
             Wake::BackedOff => backing_off = None,
+            Wake::Settled => room = None,
             Wake::Stop => {
                 stopping = true;
                 read = None; // a blocking read in flight is abandoned
@@ -778,8 +823,9 @@ impl<S: Subscriber> Worker<S> {
         }
     }
 
-    /// Logs a failed read and, for a group the broker lost, recreates it.
-    async fn read_failed(&self, error: &BrokerError, retry_in: Duration) {
+    /// Logs a failed read and, for a group the broker lost, recreates it
+    /// after `last_read` (see [`Worker::recreate_group`]).
+    async fn read_failed(&self, error: &BrokerError, retry_in: Duration, last_read: EntryId) {
         let env = &self.env;
         tracing::error!(
             subscriber = env.name,
@@ -790,7 +836,35 @@ impl<S: Subscriber> Worker<S> {
             "read failed"
         );
         if matches!(error, BrokerError::NoGroup { .. }) {
-            let start = env.subscription.stream.start();
+            self.recreate_group(last_read).await;
+        }
+    }
+
+    /// Recreates a group the broker lost (a server restart without
+    /// persistence, a flush) so that nothing published since is skipped:
+    /// after `last_read`, the highest id this subscription has read (or the
+    /// group's position when it started), or at the beginning when the
+    /// stream itself is new since then (its last id is below `last_read`,
+    /// or nothing was read from a stream that was empty). Never at the
+    /// subscription's own start position: for `New` that is the stream's
+    /// end, which would pass over everything published between the loss
+    /// and now. Entries read before the loss and published after
+    /// `last_read` by nobody are not skipped either; entries the lost group
+    /// had pending lose their pending state with it (the broker forgot
+    /// them), as `docs/guarantees.md` says.
+    async fn recreate_group(&self, last_read: EntryId) {
+        let env = &self.env;
+        let start = if last_read == EntryId::ZERO {
+            StreamStart::Beginning
+        } else {
+            match env.broker.stream_info(env.stream()).await {
+                Ok(Some(info)) if info.last_id >= last_read => StreamStart::Id(last_read),
+                Ok(_) => StreamStart::Beginning,
+                // The next read fails again and retries this.
+                Err(_) => StreamStart::Id(last_read),
+            }
+        };
+        {
             match env
                 .broker
                 .ensure_group(env.stream(), env.group(), start)
@@ -803,7 +877,12 @@ impl<S: Subscriber> Worker<S> {
                     "consumer group was missing (server restart or flush?): recreated"
                 ),
                 Ok(false) => {}
-                Err(e) => tracing::error!(%e, "could not recreate the consumer group"),
+                Err(e) => tracing::error!(
+                    stream = env.stream(),
+                    group = env.group(),
+                    %e,
+                    "could not recreate the consumer group; trying again after the next failed read"
+                ),
             }
         }
     }
@@ -1016,10 +1095,11 @@ async fn settle_loop(env: Env, outbox: Arc<Outbox>) {
     let mut batch = SettleBatch::default();
     while outbox.take(&mut batch).await {
         let settled = batch.count;
-        batch.apply(&env).await;
+        batch.apply(&env, &outbox).await;
         env.metrics
             .settled
             .fetch_add(settled as u64, Ordering::SeqCst);
+        outbox.settled.notify_one();
     }
 }
 
@@ -1061,19 +1141,24 @@ impl SettleBatch {
     }
 
     /// Applies the batch, in broker calls of at most `SETTLE_BATCH`
-    /// entries, and empties it.
-    async fn apply(&mut self, env: &Env) {
+    /// entries, and empties it. Each call is made again until it lands (see
+    /// [`settle_call`]).
+    async fn apply(&mut self, env: &Env, outbox: &Outbox) {
         let (stream, group) = (env.stream(), env.group());
         let broker = &*env.broker;
         self.count = 0;
         for ids in self.acks.chunks(SETTLE_BATCH) {
-            if settle_call(env, "ack", ids.len(), || broker.ack(stream, group, ids)).await {
+            if settle_call(env, outbox, "ack", ids.len(), || {
+                broker.ack(stream, group, ids)
+            })
+            .await
+            {
                 Metrics::add(&env.metrics.acked, ids.len() as u64);
             }
         }
         self.acks.clear();
         for ids in self.copies.chunks(SETTLE_BATCH) {
-            settle_call(env, "retry (copy)", ids.len(), || {
+            settle_call(env, outbox, "retry (copy)", ids.len(), || {
                 broker.retry(stream, group, ids, Retry::Copy)
             })
             .await;
@@ -1083,7 +1168,7 @@ impl SettleBatch {
         for run in self.delayed.chunk_by(|a, b| a.0 == b.0) {
             let delay = run[0].0;
             let ids: Vec<EntryId> = run.iter().map(|(_, id)| *id).collect();
-            settle_call(env, "retry (delay)", ids.len(), || {
+            settle_call(env, outbox, "retry (delay)", ids.len(), || {
                 broker.retry(stream, group, &ids, Retry::After(delay))
             })
             .await;
@@ -1091,7 +1176,7 @@ impl SettleBatch {
         self.delayed.clear();
         for (id, reason) in self.dead.drain(..) {
             let ids = [id];
-            if settle_call(env, "dead-letter", 1, || {
+            if settle_call(env, outbox, "dead-letter", 1, || {
                 broker.dead_letter(stream, group, &ids, &reason)
             })
             .await
@@ -1102,36 +1187,73 @@ impl SettleBatch {
     }
 }
 
-/// Runs one settle call, retrying transient failures with backoff. Returns
-/// whether it succeeded; on failure the entries stay pending (and will be
-/// redelivered), which is logged.
-async fn settle_call<'a, T, F>(env: &Env, what: &str, entries: usize, call: F) -> bool
+/// Runs one settle call until it lands. Returns whether it did.
+///
+/// A failed call is made again with backoff (jittered, up to 5 s apart),
+/// whatever the error, for as long as the subscription runs: an outcome
+/// that could not be applied is never dropped, so an entry is never left
+/// pending under a live consumer (which would not read it again). Broker
+/// calls are all-or-nothing, so a failed one changed nothing and making it
+/// again is safe; one whose reply was lost after it was applied is a no-op
+/// the second time (acks, retries and dead letters ignore entries that
+/// are no longer pending). While outcomes wait here the read-ahead stays
+/// full, so the subscription reads nothing new.
+///
+/// Once the subscription has stopped (the process is shutting down) the
+/// call gets `SETTLE_ATTEMPTS_AT_STOP` more tries, and a closed broker
+/// none: the entries then stay pending at the broker as they were, and are
+/// delivered again (to this consumer's successor by its own-pending
+/// re-read, to a claiming reader once idle).
+async fn settle_call<'a, T, F>(
+    env: &Env,
+    outbox: &Outbox,
+    what: &str,
+    entries: usize,
+    call: F,
+) -> bool
 where
     F: Fn() -> ruststream_core::BrokerFuture<'a, T>,
 {
     let mut backoff = Backoff::new();
-    for attempt in 1..=SETTLE_ATTEMPTS {
-        match call().await {
+    let mut attempts_at_stop = 0u32;
+    loop {
+        let error = match call().await {
             Ok(_) => return true,
-            Err(error) if error.is_transient() && attempt < SETTLE_ATTEMPTS => {
-                let delay = backoff.next_delay();
-                tracing::warn!(subscriber = env.name, %error, attempt, retry_in = ?delay, "{what} failed");
-                tokio::time::sleep(delay).await;
+            Err(error) => error,
+        };
+        if outbox.is_closed() {
+            if attempts_at_stop == 0 {
+                // Short delays from here: the process is stopping.
+                backoff.reset();
             }
-            Err(error) => {
-                tracing::error!(
-                    subscriber = env.name,
-                    stream = env.stream(),
-                    group = env.group(),
-                    %error,
-                    entries,
-                    "{what} failed; the entries stay pending and will be delivered again"
-                );
-                return false;
-            }
+            attempts_at_stop += 1;
         }
+        let give_up = matches!(error, BrokerError::Closed { .. })
+            || attempts_at_stop >= SETTLE_ATTEMPTS_AT_STOP;
+        if give_up {
+            tracing::error!(
+                subscriber = env.name,
+                stream = env.stream(),
+                group = env.group(),
+                %error,
+                entries,
+                "{what} failed while stopping; not applied: the broker still holds the entries as \
+                 pending, and they are delivered again after a restart or once idle"
+            );
+            return false;
+        }
+        let delay = backoff.next_delay();
+        tracing::warn!(
+            subscriber = env.name,
+            stream = env.stream(),
+            group = env.group(),
+            %error,
+            entries,
+            retry_in = ?delay,
+            "{what} failed; applying it again"
+        );
+        tokio::time::sleep(delay).await;
     }
-    false
 }
 
 /// Exponential backoff with full jitter: 50 ms doubling up to 5 s.

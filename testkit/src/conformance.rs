@@ -182,6 +182,8 @@ macro_rules! conformance_suite {
             a_blocking_read_returns_an_empty_batch_after_its_block_time,
             an_unknown_group_is_a_clear_error,
             check_mode_refuses_only_what_the_broker_cannot_serve,
+            a_start_past_the_end_of_the_stream_is_refused,
+            bad_names_are_refused_with_the_rule,
         );
     };
     (@tests $paused:expr, $factory:path; $($name:ident),* $(,)?) => {
@@ -1207,4 +1209,102 @@ pub async fn check_mode_refuses_only_what_the_broker_cannot_serve(t: Target) {
             other => panic!("expected Unsupported for a claiming read, got {other:?}"),
         }
     }
+}
+
+/// A group cannot start, or move its cursor, past the last id its stream
+/// ever had: it would pass over every entry appended until the clock
+/// reached that id. The error names the stream and both ids, and nothing
+/// changes.
+pub async fn a_start_past_the_end_of_the_stream_is_refused(t: Target) {
+    let s = t.stream("start-past-end");
+    let first = t.publish_all(&s, &["a", "b"]).await;
+    let past = EntryId::new(first[1].ms + 3_600_000, 0);
+    let err = t
+        .broker
+        .ensure_group(&s, G, StreamStart::Id(past))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&past.to_string())
+            && text.contains(&s)
+            && text.contains(&first[1].to_string()),
+        "{text}"
+    );
+    assert!(t.broker.group_info(&s, G).await.is_err(), "no group made");
+    // At the last id is fine: only later entries.
+    t.group_at(&s, G, StreamStart::Id(first[1])).await;
+    let err = t
+        .broker
+        .set_group_position(&s, G, StreamStart::Id(past))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(&past.to_string()), "{err}");
+    let later = t.publish_all(&s, &["c"]).await;
+    let got = t.read_new(&s, "c1", 10).await;
+    assert_eq!(ids(&got), later, "the cursor did not move");
+    // A stream that does not exist yet has nothing to start after.
+    let fresh = t.stream("start-past-end-fresh");
+    assert!(
+        t.broker
+            .ensure_group(&fresh, G, StreamStart::Id(EntryId::new(1, 0)))
+            .await
+            .is_err()
+    );
+}
+
+/// Stream, group and consumer names are checked before anything changes:
+/// an empty name, a control character, or a brace in a stream or group
+/// name (which would let two names share a broker's keys) is an
+/// `InvalidArgument` error naming the name and the rule.
+pub async fn bad_names_are_refused_with_the_rule(t: Target) {
+    let s = t.stream("names");
+    for bad in ["", "a\nb", "a}:due:b", "x{y"] {
+        let bad_stream = format!("{s}{bad}");
+        let stream = if bad.is_empty() {
+            ""
+        } else {
+            bad_stream.as_str()
+        };
+        let err = t.broker.publish(stream, msg("x")).await.unwrap_err();
+        assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+        assert!(err.to_string().contains("stream name"), "{err}");
+        let err = t
+            .broker
+            .ensure_group(stream, G, StreamStart::Beginning)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("stream name"), "{err}");
+        let err = t
+            .broker
+            .ensure_group(&s, bad, StreamStart::Beginning)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("group name"), "{err}");
+    }
+    let long = "n".repeat(ruststream_core::MAX_NAME_LEN + 1);
+    let err = t.broker.publish(&long, msg("x")).await.unwrap_err();
+    assert!(err.to_string().contains("the limit is"), "{err}");
+    t.group_at(&s, G, StreamStart::Beginning).await;
+    let err = t
+        .broker
+        .read(ReadRequest::new(
+            &s,
+            G,
+            "bad\u{0}consumer",
+            ReadMode::New,
+            1,
+        ))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("consumer name"), "{err}");
+    // Nothing was created by the refused calls, and good names still work.
+    assert!(
+        t.broker
+            .stream_info(&format!("{s}x{{y"))
+            .await
+            .map_or(true, |i| i.is_none())
+    );
+    t.publish_all(&s, &["ok"]).await;
+    assert_eq!(texts(&t.read_new(&s, "c1", 5).await), ["ok"]);
 }

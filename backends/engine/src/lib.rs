@@ -588,6 +588,17 @@ impl Engine {
         true
     }
 
+    /// Checks that a group of `stream` may start at (or move its cursor to)
+    /// `start`: never past the last id the stream ever had, where it would
+    /// pass over what is appended until the clock reaches that id.
+    pub fn check_start(&self, stream: &str, start: StreamStart) -> BrokerResult<()> {
+        let last = self
+            .streams
+            .get(stream)
+            .map_or(EntryId::ZERO, |s| s.last_id);
+        start.check_within(stream, last)
+    }
+
     /// Moves an existing group's cursor; pending entries and dead letters
     /// stay as they are. Moving it back re-delivers settled (acked or
     /// discarded) entries as new; entries still pending or dead-lettered are
@@ -598,6 +609,7 @@ impl Engine {
         group: &str,
         start: StreamStart,
     ) -> BrokerResult<()> {
+        self.check_start(stream, start)?;
         let s = self.stream_mut(stream, group)?;
         let cursor = s.start_position(start);
         s.group_mut(stream, group)?.set_cursor(cursor);

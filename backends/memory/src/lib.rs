@@ -36,7 +36,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ruststream_core::{
     Broker, BrokerFuture, BrokerResult, Clock, ConsumerInfo, DeadLetter, Entry, EntryId, GroupInfo,
-    Message, PendingEntry, ReadBatch, ReadMode, ReadRequest, Retry, StreamInfo, StreamStart, Trim,
+    Message, NameKind, PendingEntry, ReadBatch, ReadMode, ReadRequest, Retry, StreamInfo,
+    StreamStart, Trim, check_name, check_stream_group,
 };
 use ruststream_engine::{Change, Engine};
 use tokio::sync::Notify;
@@ -326,6 +327,9 @@ impl<P: Persistence> Broker for LocalBroker<P> {
     }
 
     fn publish<'a>(&'a self, stream: &'a str, message: Message) -> BrokerFuture<'a, EntryId> {
+        if let Err(error) = check_name(NameKind::Stream, stream) {
+            return ready(Err(error));
+        }
         self.mutate_durably(stream, |e, now| {
             Ok(e.publish_shared(stream, Arc::new(message), now))
         })
@@ -336,6 +340,9 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         stream: &'a str,
         messages: Vec<Message>,
     ) -> BrokerFuture<'a, Vec<EntryId>> {
+        if let Err(error) = check_name(NameKind::Stream, stream) {
+            return ready(Err(error));
+        }
         self.mutate_durably(stream, |e, now| Ok(e.publish(stream, messages, now)))
     }
 
@@ -345,7 +352,11 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         group: &'a str,
         start: StreamStart,
     ) -> BrokerFuture<'a, bool> {
+        if let Err(error) = check_stream_group(stream, group) {
+            return ready(Err(error));
+        }
         self.mutate_durably(stream, |e, now| {
+            e.check_start(stream, start)?;
             Ok(e.ensure_group(stream, group, start, now))
         })
     }
@@ -360,6 +371,10 @@ impl<P: Persistence> Broker for LocalBroker<P> {
     }
 
     fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
+        // A read creates its consumer: its name must be one the rules allow.
+        if let Err(error) = check_name(NameKind::Consumer, request.consumer) {
+            return ready(Err(error));
+        }
         if request.block.is_none() {
             return ready(self.read_once(&request, false).map(|(batch, _)| batch));
         }

@@ -1,0 +1,351 @@
+//! The runtime against a failing broker, on a paused clock: outcomes that
+//! cannot be applied are kept and applied again, the read-ahead bound
+//! counts entries until the broker confirms their settle, and a group the
+//! broker loses is recreated without skipping anything.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ruststream::prelude::*;
+use ruststream::{
+    Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadRequest, StreamStart, forward_broker,
+};
+use support::{settle, stream_len};
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
+#[outgoing(name = "jobs")]
+struct Job {
+    n: u64,
+}
+
+/// A memory broker whose settles (ack, retry, dead letter) can be made to
+/// fail, and that counts what reads delivered and settles confirmed.
+#[derive(Clone, Default)]
+struct Flaky {
+    inner: MemoryBroker,
+    fail_settles: Arc<AtomicBool>,
+    failed: Arc<AtomicUsize>,
+    delivered: Arc<AtomicU64>,
+    confirmed: Arc<AtomicU64>,
+    /// The most entries ever delivered and not yet confirmed settled.
+    peak_unsettled: Arc<AtomicU64>,
+}
+
+impl Flaky {
+    fn refuse(&self) -> Option<BrokerError> {
+        self.fail_settles.load(Ordering::SeqCst).then(|| {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            BrokerError::Connection {
+                broker: "flaky",
+                detail: "injected: connection refused".into(),
+            }
+        })
+    }
+
+    fn confirm(&self, n: usize) {
+        self.confirmed.fetch_add(n as u64, Ordering::SeqCst);
+    }
+}
+
+impl Broker for Flaky {
+    fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
+        Box::pin(async move {
+            let batch = self.inner.read(request).await?;
+            let now = self
+                .delivered
+                .fetch_add(batch.deliveries.len() as u64, Ordering::SeqCst)
+                + batch.deliveries.len() as u64;
+            let unsettled = now - self.confirmed.load(Ordering::SeqCst);
+            self.peak_unsettled.fetch_max(unsettled, Ordering::SeqCst);
+            Ok(batch)
+        })
+    }
+
+    fn ack<'a>(&'a self, s: &'a str, g: &'a str, ids: &'a [EntryId]) -> BrokerFuture<'a, u64> {
+        Box::pin(async move {
+            if let Some(error) = self.refuse() {
+                return Err(error);
+            }
+            let n = self.inner.ack(s, g, ids).await?;
+            self.confirm(ids.len());
+            Ok(n)
+        })
+    }
+
+    fn retry<'a>(
+        &'a self,
+        s: &'a str,
+        g: &'a str,
+        ids: &'a [EntryId],
+        how: ruststream::Retry,
+    ) -> BrokerFuture<'a, u64> {
+        Box::pin(async move {
+            if let Some(error) = self.refuse() {
+                return Err(error);
+            }
+            let n = self.inner.retry(s, g, ids, how).await?;
+            self.confirm(ids.len());
+            Ok(n)
+        })
+    }
+
+    forward_broker!(
+        inner: name, check_mode, publish, publish_batch, ensure_group, set_group_position,
+        dead_letter, redrive, discard, group_info, consumers, pending, dead_letters, range,
+        stream_info, trim,
+    );
+}
+
+async fn start_on(
+    broker: Arc<dyn Broker>,
+    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
+) -> ruststream::Running {
+    RustStream::new(AppInfo::new("test", "0"))
+        .with_shared_broker(broker, include)
+        .start()
+        .await
+        .expect("app starts")
+}
+
+async fn publish_jobs(broker: &MemoryBroker, stream: &str, range: std::ops::Range<u64>) {
+    let publisher = Publisher::new(Arc::new(broker.clone()));
+    for n in range {
+        publisher.publish(&Job { n }).to(stream).await.unwrap();
+    }
+}
+
+async fn pending(broker: &MemoryBroker, stream: &str) -> u64 {
+    broker.group_info(stream, "g").await.unwrap().pending
+}
+
+// ---- an outcome that cannot be applied is kept -----------------------------------
+
+static OUTAGE_HANDLED: AtomicUsize = AtomicUsize::new(0);
+
+#[subscriber(RedisStream::new("outage").group("g"), workers(2), prefetch(4))]
+async fn outage(_job: &Job) {
+    OUTAGE_HANDLED.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Acks that fail for a minute (far past any fixed number of attempts)
+/// are applied once the broker answers again: no entry is left pending
+/// under the live consumer, which would never read it again. Meanwhile
+/// the subscription reads nothing past its read-ahead.
+#[tokio::test(start_paused = true)]
+async fn a_settle_that_keeps_failing_is_applied_once_the_broker_answers() {
+    let flaky = Flaky::default();
+    flaky.fail_settles.store(true, Ordering::SeqCst);
+    let app = start_on(Arc::new(flaky.clone()), |b| {
+        b.include(outage);
+    })
+    .await;
+    publish_jobs(&flaky.inner, "outage", 0..20).await;
+    for _ in 0..60 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+    }
+    assert!(
+        flaky.failed.load(Ordering::SeqCst) > 6,
+        "acks were tried again"
+    );
+    assert_eq!(
+        OUTAGE_HANDLED.load(Ordering::SeqCst),
+        4,
+        "nothing read past the read-ahead while acks failed"
+    );
+    assert_eq!(pending(&flaky.inner, "outage").await, 4);
+
+    flaky.fail_settles.store(false, Ordering::SeqCst);
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+    }
+    assert_eq!(OUTAGE_HANDLED.load(Ordering::SeqCst), 20);
+    assert_eq!(pending(&flaky.inner, "outage").await, 0, "every ack landed");
+    app.shutdown().await;
+}
+
+// ---- the read-ahead bound covers unsettled entries -------------------------------
+
+static BOUND_HANDLED: AtomicUsize = AtomicUsize::new(0);
+
+#[subscriber(RedisStream::new("bound").group("g"), workers(4), prefetch(8))]
+async fn bound(_job: &Job) {
+    BOUND_HANDLED.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Entries read and not yet settled at the broker (waiting, running, or
+/// handled with the ack on its way) never exceed the read-ahead: a crash
+/// then redelivers at most that many. Under a constant backlog the acks
+/// still go out (the broker's pending list stays within the bound).
+#[tokio::test(start_paused = true)]
+async fn handled_entries_count_against_read_ahead_until_their_ack_lands() {
+    let flaky = Flaky::default();
+    let app = start_on(Arc::new(flaky.clone()), |b| {
+        b.include(bound);
+    })
+    .await;
+    publish_jobs(&flaky.inner, "bound", 0..2_000).await;
+    for _ in 0..2_000 {
+        tokio::task::yield_now().await;
+        let pending = pending(&flaky.inner, "bound").await;
+        assert!(pending <= 8, "{pending} entries pending at the broker");
+        if BOUND_HANDLED.load(Ordering::SeqCst) == 2_000 && pending == 0 {
+            break;
+        }
+    }
+    assert_eq!(BOUND_HANDLED.load(Ordering::SeqCst), 2_000);
+    let peak = flaky.peak_unsettled.load(Ordering::SeqCst);
+    assert!(peak <= 8, "{peak} entries read and not yet settled at once");
+
+    // The same bound while acks fail: reading stops at 8.
+    flaky.fail_settles.store(true, Ordering::SeqCst);
+    publish_jobs(&flaky.inner, "bound", 2_000..2_100).await;
+    for _ in 0..30 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+    }
+    assert_eq!(BOUND_HANDLED.load(Ordering::SeqCst), 2_008);
+    flaky.fail_settles.store(false, Ordering::SeqCst);
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+    }
+    assert_eq!(BOUND_HANDLED.load(Ordering::SeqCst), 2_100);
+    assert_eq!(pending(&flaky.inner, "bound").await, 0);
+    app.shutdown().await;
+}
+
+// ---- a lost group is recreated after what was read ---------------------------------
+
+/// A memory broker that can forget a group, as a Redis server restarted
+/// without persistence does: from then on the group's name maps to a
+/// fresh inner group that does not exist until `ensure_group` creates it,
+/// so calls get `NoGroup` until then. Blocking reads poll, so a read in
+/// flight at the loss sees it too.
+#[derive(Clone, Default)]
+struct Forgetful {
+    inner: MemoryBroker,
+    generation: Arc<AtomicU64>,
+    created: Arc<AtomicU64>,
+}
+
+impl Forgetful {
+    fn lose_group(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The inner name of `group` now, or `None` while it is lost.
+    fn mapped(&self, group: &str) -> Option<String> {
+        let generation = self.generation.load(Ordering::SeqCst);
+        (self.created.load(Ordering::SeqCst) == generation).then(|| format!("{group}~{generation}"))
+    }
+}
+
+impl Broker for Forgetful {
+    fn ensure_group<'a>(
+        &'a self,
+        s: &'a str,
+        g: &'a str,
+        start: StreamStart,
+    ) -> BrokerFuture<'a, bool> {
+        Box::pin(async move {
+            let generation = self.generation.load(Ordering::SeqCst);
+            let created = self
+                .inner
+                .ensure_group(s, &format!("{g}~{generation}"), start)
+                .await?;
+            self.created.store(generation, Ordering::SeqCst);
+            Ok(created)
+        })
+    }
+
+    fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + request.block.unwrap_or_default();
+            loop {
+                let Some(group) = self.mapped(request.group) else {
+                    return Err(BrokerError::no_group(request.stream, request.group));
+                };
+                let once = ReadRequest {
+                    group: &group,
+                    block: None,
+                    ..request
+                };
+                let batch = self.inner.read(once).await?;
+                if !batch.is_empty() || tokio::time::Instant::now() >= deadline {
+                    return Ok(batch);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    }
+
+    fn ack<'a>(&'a self, s: &'a str, g: &'a str, ids: &'a [EntryId]) -> BrokerFuture<'a, u64> {
+        Box::pin(async move {
+            let Some(group) = self.mapped(g) else {
+                return Err(BrokerError::no_group(s, g));
+            };
+            self.inner.ack(s, &group, ids).await
+        })
+    }
+
+    fn group_info<'a>(&'a self, s: &'a str, g: &'a str) -> BrokerFuture<'a, ruststream::GroupInfo> {
+        Box::pin(async move {
+            let Some(group) = self.mapped(g) else {
+                return Err(BrokerError::no_group(s, g));
+            };
+            self.inner.group_info(s, &group).await
+        })
+    }
+
+    forward_broker!(
+        inner: name, check_mode, publish, publish_batch, set_group_position, retry, dead_letter,
+        redrive, discard, consumers, pending, dead_letters, range, stream_info, trim,
+    );
+}
+
+static LOST_SEEN: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::new("lost").group("g"))]
+async fn lost(job: &Job) {
+    LOST_SEEN.lock().unwrap().push(job.n);
+}
+
+/// After the broker loses the group, the subscription recreates it after
+/// the last entry it read, not at the stream's end: entries published
+/// between the loss and the recreation are delivered, not skipped.
+#[tokio::test(start_paused = true)]
+async fn a_lost_group_is_recreated_after_the_last_entry_read() {
+    let broker = Forgetful::default();
+    let app = start_on(Arc::new(broker.clone()), |b| {
+        b.include(lost);
+    })
+    .await;
+    publish_jobs(&broker.inner, "lost", 0..5).await;
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_millis(20)).await;
+        settle().await;
+    }
+    assert_eq!(*LOST_SEEN.lock().unwrap(), [0, 1, 2, 3, 4]);
+
+    broker.lose_group();
+    publish_jobs(&broker.inner, "lost", 5..10).await;
+    for _ in 0..200 {
+        tokio::time::advance(Duration::from_millis(50)).await;
+        settle().await;
+    }
+    assert_eq!(
+        *LOST_SEEN.lock().unwrap(),
+        (0..10).collect::<Vec<_>>(),
+        "nothing published after the loss was skipped, nothing before it repeated"
+    );
+    assert_eq!(stream_len(&broker.inner, "lost").await, 10);
+    app.shutdown().await;
+}
