@@ -10,6 +10,7 @@ use ruststream_core::{Broker, BrokerError, EntryId, NameKind, check_name};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::health::{Health, Problem};
 use crate::observe::Observer;
 use crate::runtime::{self, Env, Metrics};
 use crate::{Publisher, Subscriber, SubscriberInfo, Subscription, SubscriptionStats};
@@ -590,6 +591,35 @@ impl Running {
             .iter()
             .map(|s| s.metrics.in_flight())
             .sum()
+    }
+
+    /// Whether the app can do its work: a problem for each broker that has
+    /// stopped taking writes ([`Broker::failure`]), naming the subscribers
+    /// that read from it.
+    pub fn health(&self) -> Health {
+        let mut health = Health::default();
+        let mut seen: Vec<*const ()> = Vec::new();
+        for s in &self.subscriptions {
+            let key = Arc::as_ptr(&s.broker).cast::<()>();
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            if let Some(detail) = s.broker.failure() {
+                let subscribers = self
+                    .subscriptions
+                    .iter()
+                    .filter(|o| Arc::ptr_eq(&o.broker, &s.broker))
+                    .map(|o| o.info.name)
+                    .collect();
+                health.problems.push(Problem {
+                    broker: s.broker.name(),
+                    subscribers,
+                    detail,
+                });
+            }
+        }
+        health
     }
 
     /// Entries read so far over all subscriptions: a progress counter.

@@ -42,6 +42,7 @@
 
 mod app;
 mod context;
+mod health;
 mod observe;
 mod outcome;
 mod outgoing;
@@ -56,6 +57,7 @@ pub use app::{
 pub use context::{
     Context, DELIVERY_COUNT_HEADER, HeaderView, IDLE_MS_HEADER, PARTITION_KEY_HEADER,
 };
+pub use health::{Health, Problem};
 pub use observe::{Handled, Observer, Settlement};
 pub use outcome::{HandlerOutcome, IntoSettle, Settle};
 pub use outgoing::{Outgoing, PublishBuilder, PublishError, Publisher};

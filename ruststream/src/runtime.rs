@@ -6,11 +6,14 @@
 //!                 (one task polls the read and every slot)
 //! ```
 //!
-//! - The task counts the entries read and not yet handled and reads only
-//!   while that is below the subscription's read-ahead bound, asking the
-//!   broker for the room left, so read-ahead never exceeds the bound. It
-//!   reads again once no more than one entry per lane is left, so reads
-//!   come in batches of most of the bound.
+//! - The read-ahead bound counts every entry read and not yet settled at
+//!   the broker: queued on a lane, running, or handled with its outcome on
+//!   the way to the broker (or being applied again after a failure). The
+//!   task reads only while that is below the bound, asking the broker for
+//!   the room left, so a crash redelivers at most the read-ahead. It reads
+//!   again once no more than one entry per lane is unsettled, so reads
+//!   come in batches of most of the bound; the settler wakes it when
+//!   outcomes land.
 //! - `workers(n)` gives n lanes, each a slot running one handler at a time;
 //!   the task polls the slots side by side, so at most n handlers run at
 //!   once and an entry costs no channel hop or task wakeup of its own.
@@ -30,6 +33,12 @@
 //!   are waiting when it wakes (the task appends them to a shared buffer
 //!   the settler swaps out, so no hand-over allocates), so a lone ack goes
 //!   out at once and a busy subscription acks many entries per broker call.
+//!   A broker call that fails is made again with backoff until it lands:
+//!   an outcome is never dropped while the subscription runs (see
+//!   `settle_call`).
+//! - A group the broker lost (a server restarted without persistence) is
+//!   recreated after the last id the subscription read, never at the
+//!   stream's end (see `Worker::recreate_group`).
 //! - Handler time is measured on tokio's clock (so a paused test clock
 //!   measures it too), read once each time the task polls its lanes rather
 //!   than twice per entry: a handler's time runs from the poll that started

@@ -35,6 +35,8 @@ struct Flaky {
     confirmed: Arc<AtomicU64>,
     /// The most entries ever delivered and not yet confirmed settled.
     peak_unsettled: Arc<AtomicU64>,
+    /// What `failure` reports: a broker that stopped taking writes.
+    stopped: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Flaky {
@@ -93,6 +95,10 @@ impl Broker for Flaky {
             self.confirm(ids.len());
             Ok(n)
         })
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.stopped.lock().unwrap().clone()
     }
 
     forward_broker!(
@@ -347,5 +353,38 @@ async fn a_lost_group_is_recreated_after_the_last_entry_read() {
         "nothing published after the loss was skipped, nothing before it repeated"
     );
     assert_eq!(stream_len(&broker.inner, "lost").await, 10);
+    app.shutdown().await;
+}
+
+// ---- health ---------------------------------------------------------------------
+
+#[subscriber(RedisStream::new("health").group("g"))]
+async fn health_a(_job: &Job) {}
+
+#[subscriber(RedisStream::new("health").group("h"))]
+async fn health_b(_job: &Job) {}
+
+/// A broker that stopped taking writes (a file log after an fsync error)
+/// makes the app unhealthy, naming the broker, the reason and the
+/// subscribers it feeds; once per broker, however many subscribers.
+#[tokio::test(start_paused = true)]
+async fn a_broker_that_stopped_taking_writes_makes_the_app_unhealthy() {
+    let flaky = Flaky::default();
+    let app = start_on(Arc::new(flaky.clone()), |b| {
+        b.include(health_a);
+        b.include(health_b);
+    })
+    .await;
+    assert!(app.health().is_healthy());
+    assert_eq!(app.health().to_string(), "healthy");
+    *flaky.stopped.lock().unwrap() = Some("fsync of segment 7 failed: EIO".into());
+    let health = app.health();
+    assert!(!health.is_healthy());
+    assert_eq!(health.problems.len(), 1);
+    assert_eq!(health.problems[0].subscribers, ["health_a", "health_b"]);
+    assert_eq!(
+        health.to_string(),
+        "memory broker: fsync of segment 7 failed: EIO (subscribers: health_a, health_b)"
+    );
     app.shutdown().await;
 }
