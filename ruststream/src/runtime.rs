@@ -538,6 +538,14 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
     // its own pending list (rule 5) before its first ordinary read. `Some`
     // holds the id to page on from.
     let mut recovering = Some(EntryId::ZERO);
+    // Set when a `new` subscription's read failed: the broker may have
+    // handed out entries whose reply was lost. They sit pending under this
+    // consumer, and nothing else would hand them out again while it lives
+    // (claiming and reclaim reads take such entries back once idle, so
+    // those subscriptions need no check). Once everything the subscription
+    // holds has settled, any entry still pending under its name is one of
+    // those, and it re-reads its own pending list as at start-up.
+    let mut recheck_own = false;
 
     loop {
         // Spans at debug level can be on only when the level filter lets
@@ -576,7 +584,11 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
         let low_water = lanes_n.min(read_ahead.saturating_sub(1));
         let unsettled = usize::try_from(env.metrics.in_flight()).unwrap_or(usize::MAX);
         let may_read = read.is_none() && !stopping && !stop_now && backing_off.is_none();
-        if may_read && unsettled <= low_water {
+        if recheck_own && may_read && unsettled == 0 {
+            recheck_own = false;
+            recovering = Some(EntryId::ZERO);
+        }
+        if may_read && unsettled <= low_water && !recheck_own {
             room = None;
             let (mode, block) = match recovering {
                 // A pending list answers at once: no blocking.
@@ -734,6 +746,11 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                         }
                     }
                     Err(error) => {
+                        // A failed own-pending read loses nothing: what it
+                        // would have handed out is still pending here.
+                        if recovering.is_none() && !env.subscription.stream.retries_in_place() {
+                            recheck_own = true;
+                        }
                         let delay = backoff.next_delay();
                         worker.read_failed(&error, delay, last_read).await;
                         backing_off = Some(Box::pin(tokio::time::sleep(delay)));

@@ -35,6 +35,9 @@ struct Flaky {
     confirmed: Arc<AtomicU64>,
     /// The most entries ever delivered and not yet confirmed settled.
     peak_unsettled: Arc<AtomicU64>,
+    /// Makes the next non-empty read lose its reply: the entries are
+    /// handed out at the broker, and the caller gets an error.
+    lose_next_read: Arc<AtomicBool>,
     /// What `failure` reports: a broker that stopped taking writes.
     stopped: Arc<std::sync::Mutex<Option<String>>>,
 }
@@ -59,6 +62,12 @@ impl Broker for Flaky {
     fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
         Box::pin(async move {
             let batch = self.inner.read(request).await?;
+            if !batch.is_empty() && self.lose_next_read.swap(false, Ordering::SeqCst) {
+                return Err(BrokerError::Connection {
+                    broker: "flaky",
+                    detail: "injected: reply lost".into(),
+                });
+            }
             let now = self
                 .delivered
                 .fetch_add(batch.deliveries.len() as u64, Ordering::SeqCst)
@@ -174,6 +183,67 @@ async fn a_settle_that_keeps_failing_is_applied_once_the_broker_answers() {
     }
     assert_eq!(OUTAGE_HANDLED.load(Ordering::SeqCst), 20);
     assert_eq!(pending(&flaky.inner, "outage").await, 0, "every ack landed");
+    app.shutdown().await;
+}
+
+// ---- a read whose reply was lost ----------------------------------------------------
+
+static LOST_READ: std::sync::Mutex<Vec<(u64, u32)>> = std::sync::Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::new("lost-read").group("g"), workers(2), prefetch(4))]
+async fn lost_read(job: &Job, ctx: &mut Context<'_>) {
+    let count = ctx
+        .headers()
+        .get_str(DELIVERY_COUNT_HEADER)
+        .unwrap()
+        .parse()
+        .unwrap();
+    LOST_READ.lock().unwrap().push((job.n, count));
+}
+
+/// A read on a `new` subscription that the broker applied but whose reply
+/// was lost left entries pending under the consumer, where no other read
+/// would hand them out again. Once what it holds has settled, the
+/// subscription re-reads its own pending list and handles them (counted as
+/// a redelivery), and goes on with new entries.
+#[tokio::test(start_paused = true)]
+async fn entries_of_a_read_whose_reply_was_lost_are_handled_all_the_same() {
+    let flaky = Flaky::default();
+    let app = start_on(Arc::new(flaky.clone()), |b| {
+        b.include(lost_read);
+    })
+    .await;
+    publish_jobs(&flaky.inner, "lost-read", 0..2).await;
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_millis(20)).await;
+        settle().await;
+    }
+    flaky.lose_next_read.store(true, Ordering::SeqCst);
+    publish_jobs(&flaky.inner, "lost-read", 2..6).await;
+    for _ in 0..40 {
+        tokio::time::advance(Duration::from_millis(100)).await;
+        settle().await;
+    }
+    publish_jobs(&flaky.inner, "lost-read", 6..8).await;
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_millis(100)).await;
+        settle().await;
+    }
+    let mut seen = LOST_READ.lock().unwrap().clone();
+    seen.sort_unstable();
+    let jobs: Vec<u64> = seen.iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        jobs,
+        (0..8).collect::<Vec<_>>(),
+        "each handled once: {seen:?}"
+    );
+    // The lost read took the first entries published after it was armed;
+    // they came back as redeliveries.
+    assert!(
+        seen[2].1 == 1 && seen.iter().all(|(_, c)| *c <= 1),
+        "{seen:?}"
+    );
+    assert_eq!(pending(&flaky.inner, "lost-read").await, 0);
     app.shutdown().await;
 }
 
