@@ -297,6 +297,25 @@ pub(crate) fn write_entry(
     })
 }
 
+/// What an entry's body holds besides its message at most: the id, the
+/// copy flag, and a retry copy's delivery count and group (a group name is
+/// at most `MAX_NAME_LEN` bytes).
+pub(crate) const ENTRY_OVERHEAD: usize = 16 + 1 + 4 + 4 + ruststream_core::MAX_NAME_LEN;
+
+/// The bytes `message` takes in an entry's body: the header count, each
+/// header's name and value with their lengths, and the payload with its
+/// length.
+pub(crate) fn message_len(message: &Message) -> usize {
+    let headers: usize = message
+        .headers
+        .iter()
+        .map(|(k, v)| 8usize.saturating_add(k.len()).saturating_add(v.len()))
+        .fold(0, usize::saturating_add);
+    8usize
+        .saturating_add(headers)
+        .saturating_add(message.payload.len())
+}
+
 /// A decoded entry.
 pub(crate) struct DecodedEntry {
     pub(crate) id: EntryId,
@@ -617,6 +636,27 @@ mod tests {
         assert_eq!(e.id, EntryId::new(5, 6));
         assert_eq!(*e.message, message);
         assert_eq!(e.copy.as_deref(), Some(&copy));
+    }
+
+    #[test]
+    fn message_len_is_what_an_entry_stores_of_its_message() {
+        let message = Message::new(vec![1; 300])
+            .with_header("k", "v é")
+            .with_header("trace", "abc");
+        let mut out = Vec::new();
+        write_entry(&mut out, EntryId::new(5, 6), &message, None).unwrap();
+        // Frame header, id, copy flag, then the message.
+        assert_eq!(out.len(), FRAME_HEADER_LEN + 16 + 1 + message_len(&message));
+        let copy = CopyOf {
+            group: "g".repeat(ruststream_core::MAX_NAME_LEN),
+            times_delivered: 3,
+        };
+        out.clear();
+        write_entry(&mut out, EntryId::new(5, 6), &message, Some(&copy)).unwrap();
+        assert_eq!(
+            out.len(),
+            FRAME_HEADER_LEN + ENTRY_OVERHEAD + message_len(&message)
+        );
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! The directory lock: one process owns a file log at a time.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use ruststream_core::{BrokerError, BrokerResult};
 
-use crate::store::io_error;
+use crate::store::{io_error, private_file};
 
 /// Holds the lock for as long as it lives (the operating system releases it
 /// when the process ends, however it ends).
@@ -20,7 +20,7 @@ pub(crate) struct DirLock {
 /// another process has it.
 pub(crate) fn lock_dir(dir: &Path) -> BrokerResult<DirLock> {
     let path = dir.join("LOCK");
-    let mut file = OpenOptions::new()
+    let mut file = private_file()
         .read(true)
         .write(true)
         .create(true)

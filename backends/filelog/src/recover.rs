@@ -14,9 +14,11 @@ use crate::format::{self, Frame};
 use crate::lock::{DirLock, lock_dir};
 use crate::options::FileLogOptions;
 use crate::store::{
-    Journal, Segment, Store, StreamFiles, Syncer, create_with_header, io_error, journal_path,
-    segment_first_id, snapshot_path, stream_from_dir_name, sync_dir,
+    Journal, Segment, Store, StreamFiles, create_private_dir, create_with_header, io_error,
+    journal_path, others_can_enter, segment_first_id, snapshot_path, stream_from_dir_name,
+    sync_dir,
 };
+use crate::sync::Syncer;
 
 /// A file log read back from disk.
 pub(crate) struct Opened {
@@ -131,7 +133,11 @@ fn track_trims(trims: &mut HashMap<String, TrimState>, change: &Change) {
 }
 
 /// Loads one stream's segments into the engine.
-fn load_stream(dir: &Path, stream: &str, engine: &mut Engine) -> BrokerResult<(Vec<Segment>, u64)> {
+pub(crate) fn load_stream(
+    dir: &Path,
+    stream: &str,
+    engine: &mut Engine,
+) -> BrokerResult<(Vec<Segment>, u64)> {
     let mut names: Vec<(EntryId, PathBuf)> = Vec::new();
     for item in fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
         let item = item.map_err(|e| io_error(dir, e))?;
@@ -180,16 +186,88 @@ fn load_stream(dir: &Path, stream: &str, engine: &mut Engine) -> BrokerResult<(V
     Ok((segments, count))
 }
 
+/// Replays a snapshot file into `apply`; returns its length. Every record
+/// must be valid (snapshots are never written in place) and the end marker
+/// must count every change.
+pub(crate) fn replay_snapshot(path: &Path, mut apply: impl FnMut(Change)) -> BrokerResult<u64> {
+    let bytes = read_file(path, format::SNAPSHOT_TAG)?;
+    let mut applied = 0u64;
+    let mut ended = None;
+    walk_frames(path, &bytes, false, |kind, body| {
+        match kind {
+            format::KIND_CHANGES => {
+                for change in format::read_changes(body)? {
+                    apply(change);
+                    applied += 1;
+                }
+            }
+            format::KIND_SNAPSHOT_END => ended = Some(format::read_snapshot_end(body)?),
+            other => return Err(format!("record kind {other} in a snapshot")),
+        }
+        Ok(())
+    })?;
+    if ended != Some(applied) {
+        return Err(corrupt(
+            path,
+            bytes.len() as u64,
+            format!("snapshot incomplete: {applied} changes read, end marker says {ended:?}"),
+        ));
+    }
+    Ok(bytes.len() as u64)
+}
+
+/// Replays a journal into `apply`, truncating a torn tail; returns its
+/// length once repaired.
+pub(crate) fn replay_journal(path: &Path, mut apply: impl FnMut(Change)) -> BrokerResult<u64> {
+    let bytes = read_file(path, format::JOURNAL_TAG)?;
+    walk_frames(path, &bytes, true, |kind, body| {
+        if kind != format::KIND_CHANGES {
+            return Err(format!("record kind {kind} in a journal"));
+        }
+        for change in format::read_changes(body)? {
+            apply(change);
+        }
+        Ok(())
+    })
+}
+
+/// Warns if `dir` exists and lets users other than its owner in. Only the
+/// directory matters: nothing inside it can be reached through a directory
+/// others cannot enter, whatever the files' own modes (those of an older
+/// version were 0644). It is left as it is: permissions are the operator's
+/// to change.
+#[cfg(unix)]
+fn warn_if_others_can_enter(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(metadata) = fs::metadata(dir) else {
+        return;
+    };
+    let mode = metadata.permissions().mode() & 0o777;
+    if others_can_enter(mode) {
+        tracing::warn!(
+            dir = %dir.display(),
+            mode = format!("{mode:o}"),
+            "the file log's directory can be entered by other users, who may read its entries; \
+             restrict it to its owner (chmod -R go-rwx)"
+        );
+    }
+}
+
+#[cfg(not(unix))]
+fn warn_if_others_can_enter(_dir: &Path) {}
+
 /// Opens (creating if needed) the file log in `dir`.
 pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> {
-    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    warn_if_others_can_enter(dir);
+    create_private_dir(dir)?;
     let lock = lock_dir(dir)?;
     let streams_dir = dir.join("streams");
     let state_dir = dir.join("state");
     for d in [&streams_dir, &state_dir] {
-        fs::create_dir_all(d).map_err(|e| io_error(d, e))?;
+        create_private_dir(d)?;
     }
     sync_dir(dir)?;
+    let syncer = Syncer::new(options.sync);
 
     let mut engine = Engine::new();
     let mut streams = HashMap::new();
@@ -252,48 +330,18 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
     let mut trims: HashMap<String, TrimState> = HashMap::new();
     let snapshot = snapshot_path(&state_dir, generation);
     let mut snapshot_bytes = 0;
+    let mut apply = |change: Change| {
+        track_trims(&mut trims, &change);
+        engine.restore(change);
+    };
     if snapshot.exists() {
-        let bytes = read_file(&snapshot, format::SNAPSHOT_TAG)?;
-        snapshot_bytes = bytes.len() as u64;
-        let mut applied = 0u64;
-        let mut ended = None;
-        walk_frames(&snapshot, &bytes, false, |kind, body| {
-            match kind {
-                format::KIND_CHANGES => {
-                    for change in format::read_changes(body)? {
-                        track_trims(&mut trims, &change);
-                        engine.restore(change);
-                        applied += 1;
-                    }
-                }
-                format::KIND_SNAPSHOT_END => ended = Some(format::read_snapshot_end(body)?),
-                other => return Err(format!("record kind {other} in a snapshot")),
-            }
-            Ok(())
-        })?;
-        if ended != Some(applied) {
-            return Err(corrupt(
-                &snapshot,
-                snapshot_bytes,
-                format!("snapshot incomplete: {applied} changes read, end marker says {ended:?}"),
-            ));
-        }
+        snapshot_bytes = replay_snapshot(&snapshot, &mut apply)?;
     }
     let journal = journal_path(&state_dir, generation);
     let journal_bytes = if journal.exists() {
-        let bytes = read_file(&journal, format::JOURNAL_TAG)?;
-        walk_frames(&journal, &bytes, true, |kind, body| {
-            if kind != format::KIND_CHANGES {
-                return Err(format!("record kind {kind} in a journal"));
-            }
-            for change in format::read_changes(body)? {
-                track_trims(&mut trims, &change);
-                engine.restore(change);
-            }
-            Ok(())
-        })?
+        replay_journal(&journal, &mut apply)?
     } else {
-        create_with_header(&journal, &format::file_header(format::JOURNAL_TAG))?;
+        create_with_header(&syncer, &journal, &format::file_header(format::JOURNAL_TAG))?;
         format::FILE_HEADER_LEN as u64
     };
     // Files of older generations (a compaction that crashed before its
@@ -328,7 +376,6 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
         .append(true)
         .open(&journal)
         .map_err(|e| io_error(&journal, e))?;
-    let syncer = Syncer::new(options.sync);
     let mut store = Store {
         dir: dir.to_owned(),
         options,
@@ -342,9 +389,13 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
         snapshot_bytes,
         syncer,
         wants_compaction: Arc::new(AtomicBool::new(false)),
-        failed: None,
+        compaction_retry_at: 0,
+        undo: None,
+        created_streams: Vec::new(),
         entry_buf: Vec::new(),
+        runs: Vec::new(),
         journal_buf: Vec::new(),
+        marks: Vec::new(),
         touched: Vec::new(),
     };
     let names: Vec<String> = store.streams.keys().cloned().collect();

@@ -1,21 +1,22 @@
 //! Writing the engine's changes to disk: stream segments, the group-state
-//! journal and its snapshots, and group commit.
+//! journal and its snapshots, and taking a failed call's writes back.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
 
-use ruststream_core::{BrokerError, BrokerFuture, BrokerResult, EntryId};
+use ruststream_core::{BrokerError, BrokerResult, EntryId};
 use ruststream_engine::{Change, Engine};
-use ruststream_memory::{Durability, Persistence};
-use tokio::sync::Notify;
+use ruststream_memory::Persistence;
 
 use crate::format;
-use crate::options::{FileLogOptions, SyncPolicy};
+use crate::options::FileLogOptions;
+use crate::sync::{Syncer, write_or_inject};
+use crate::undo::{self, UndoPlan};
 
 /// One segment file of a stream.
 #[derive(Debug, Clone)]
@@ -48,6 +49,38 @@ pub(crate) struct Journal {
     pub(crate) bytes: u64,
 }
 
+/// One stream's run of new entries, encoded in `Store::entry_buf`.
+pub(crate) struct Run {
+    /// Index of its first change (which names the stream).
+    change: usize,
+    first: EntryId,
+    last: EntryId,
+    bytes: Range<usize>,
+}
+
+/// Where a file ended before a call wrote to it, to take the call's
+/// writes back if a later one fails.
+pub(crate) struct Mark {
+    file: Arc<File>,
+    len: u64,
+    kind: MarkKind,
+}
+
+enum MarkKind {
+    Journal,
+    /// A segment of the stream named by `changes[change]`, and that
+    /// stream's bookkeeping before the call.
+    Segment {
+        change: usize,
+        segments: usize,
+        /// Bytes and last entry of the last segment.
+        last_segment: Option<(u64, Option<EntryId>)>,
+        active: Option<Arc<File>>,
+        /// The segment was created by this call (and is removed).
+        created: bool,
+    },
+}
+
 /// The file log's [`Persistence`].
 pub(crate) struct Store {
     pub(crate) dir: PathBuf,
@@ -59,11 +92,18 @@ pub(crate) struct Store {
     pub(crate) snapshot_bytes: u64,
     pub(crate) syncer: Arc<Syncer>,
     pub(crate) wants_compaction: Arc<AtomicBool>,
-    /// Set after a write failed: the store takes no more writes.
-    pub(crate) failed: Option<String>,
+    /// After a failed compaction, the journal size at which to try again
+    /// (not on every call while the disk is full).
+    pub(crate) compaction_retry_at: u64,
+    /// What to take back from the engine after the last call failed.
+    pub(crate) undo: Option<UndoPlan>,
+    /// Streams whose directory the current call created.
+    pub(crate) created_streams: Vec<String>,
     /// Reused buffers.
     pub(crate) entry_buf: Vec<u8>,
+    pub(crate) runs: Vec<Run>,
     pub(crate) journal_buf: Vec<u8>,
+    pub(crate) marks: Vec<Mark>,
     pub(crate) touched: Vec<Arc<File>>,
 }
 
@@ -74,19 +114,67 @@ pub(crate) fn io_error(path: &Path, source: std::io::Error) -> BrokerError {
     }
 }
 
-/// Makes a directory's entries (new or removed files) durable.
+/// Makes a directory's entries (new or removed files) durable, while
+/// opening (a failure fails the open).
 pub(crate) fn sync_dir(dir: &Path) -> BrokerResult<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io_error(dir, e))
 }
 
+/// [`sync_dir`] on a working store: an fsync failure stops it.
+pub(crate) fn fsync_dir(syncer: &Syncer, dir: &Path) -> BrokerResult<()> {
+    let handle = File::open(dir).map_err(|e| io_error(dir, e))?;
+    handle
+        .sync_all()
+        .map_err(|e| syncer.fail_stop(format!("fsync of directory {} failed: {e}", dir.display())))
+}
+
+/// Creates `dir` and any missing parent, open to the owner only (0700 on
+/// unix, as etcd and PostgreSQL do): streams hold payloads such as
+/// payment data, which no other user of the machine should read.
+pub(crate) fn create_private_dir(dir: &Path) -> BrokerResult<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir).map_err(|e| io_error(dir, e))
+}
+
+/// Open options whose `create` makes a file only its owner can read or
+/// write (0600 on unix).
+pub(crate) fn private_file() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options
+}
+
+/// Whether a directory with these permission bits lets users other than
+/// its owner in (any group or other bit).
+#[cfg_attr(not(unix), allow(dead_code))]
+pub(crate) fn others_can_enter(mode: u32) -> bool {
+    mode & 0o077 != 0
+}
+
+/// Whether a stream name's byte stays as it is in its directory name
+/// (`.` only after the first byte, so no name is hidden or `..`).
+fn stays(b: u8, first: bool) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-') || (b == b'.' && !first)
+}
+
 /// A stream name as a directory name: letters, digits, `.`, `_` and `-`
 /// stay; every other byte is written `%XX`.
 pub(crate) fn stream_dir_name(stream: &str) -> String {
     let mut out = String::with_capacity(stream.len());
-    for b in stream.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-') || (b == b'.' && !out.is_empty()) {
+    for (i, b) in stream.bytes().enumerate() {
+        if stays(b, i == 0) {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));
@@ -96,6 +184,16 @@ pub(crate) fn stream_dir_name(stream: &str) -> String {
         out.push('%');
     }
     out
+}
+
+/// The length of [`stream_dir_name`], without building it.
+pub(crate) fn stream_dir_name_len(stream: &str) -> usize {
+    let escaped = stream
+        .bytes()
+        .enumerate()
+        .map(|(i, b)| if stays(b, i == 0) { 1 } else { 3 })
+        .sum();
+    if stream.is_empty() { 1 } else { escaped }
 }
 
 /// The stream name a directory name stands for.
@@ -140,19 +238,47 @@ pub(crate) fn snapshot_path(state_dir: &Path, generation: u64) -> PathBuf {
     state_dir.join(format!("snapshot-{generation:020}.bin"))
 }
 
-/// Creates a file with `header`, durable (file and directory).
-pub(crate) fn create_with_header(path: &Path, header: &[u8]) -> BrokerResult<File> {
-    let mut file = OpenOptions::new()
+/// The stream a change is about.
+pub(crate) fn change_stream(change: &Change) -> &str {
+    match change {
+        Change::Appended { stream, .. }
+        | Change::GroupCreated { stream, .. }
+        | Change::Group { stream, .. }
+        | Change::Trimmed { stream, .. }
+        | Change::Released { stream, .. }
+        | Change::LastId { stream, .. } => stream,
+    }
+}
+
+/// Creates a private file with `header`, durable (file and directory). A
+/// file that cannot get its header is removed; a failed fsync stops the
+/// store.
+pub(crate) fn create_with_header(
+    syncer: &Syncer,
+    path: &Path,
+    header: &[u8],
+) -> BrokerResult<File> {
+    let mut file = private_file()
         .create_new(true)
         .append(true)
         .open(path)
         .map_err(|e| io_error(path, e))?;
-    file.write_all(header).map_err(|e| io_error(path, e))?;
-    file.sync_all().map_err(|e| io_error(path, e))?;
+    if let Err(e) = file.write_all(header) {
+        let _ = fs::remove_file(path);
+        return Err(io_error(path, e));
+    }
+    file.sync_all()
+        .map_err(|e| syncer.fail_stop(format!("fsync of {} failed: {e}", path.display())))?;
     if let Some(dir) = path.parent() {
-        sync_dir(dir)?;
+        fsync_dir(syncer, dir)?;
     }
     Ok(file)
+}
+
+fn touch(touched: &mut Vec<Arc<File>>, file: &Arc<File>) {
+    if !touched.iter().any(|f| Arc::ptr_eq(f, file)) {
+        touched.push(Arc::clone(file));
+    }
 }
 
 impl Store {
@@ -160,27 +286,75 @@ impl Store {
         self.dir.join("state")
     }
 
-    fn fail(&mut self, error: BrokerError) -> BrokerError {
-        if self.failed.is_none() {
-            tracing::error!(dir = %self.dir.display(), %error, "file log write failed; no more writes will be taken");
-            self.failed = Some(error.to_string());
+    /// Encodes a call's changes: its entries into `entry_buf` (as `runs`),
+    /// its group changes into `journal_buf`, so that a record that cannot
+    /// be stored fails the call before any byte is written.
+    fn encode(&mut self, changes: &[Change]) -> BrokerResult<()> {
+        self.entry_buf.clear();
+        self.runs.clear();
+        self.journal_buf.clear();
+        let mut journaled = None;
+        for (i, change) in changes.iter().enumerate() {
+            let Change::Appended {
+                stream,
+                id,
+                message,
+                copy,
+            } = change
+            else {
+                journaled.get_or_insert(change_stream(change));
+                continue;
+            };
+            let start = self.entry_buf.len();
+            format::write_entry(&mut self.entry_buf, *id, message, copy.as_deref()).map_err(
+                |detail| {
+                    BrokerError::InvalidArgument(format!(
+                        "cannot store entry {id} of stream {stream:?}: {detail}"
+                    ))
+                },
+            )?;
+            let end = self.entry_buf.len();
+            match self.runs.last_mut() {
+                Some(run) if change_stream(&changes[run.change]) == stream.as_str() => {
+                    run.last = *id;
+                    run.bytes.end = end;
+                }
+                _ => self.runs.push(Run {
+                    change: i,
+                    first: *id,
+                    last: *id,
+                    bytes: start..end,
+                }),
+            }
         }
-        error
+        if let Some(stream) = journaled {
+            let group_changes = changes
+                .iter()
+                .filter(|c| !matches!(c, Change::Appended { .. }));
+            format::write_changes(&mut self.journal_buf, group_changes).map_err(|detail| {
+                BrokerError::InvalidArgument(format!(
+                    "cannot journal the changes of this call on stream {stream:?}: {detail}"
+                ))
+            })?;
+        }
+        Ok(())
     }
 
-    fn touch(&mut self, file: &Arc<File>) {
-        if !self.touched.iter().any(|f| Arc::ptr_eq(f, file)) {
-            self.touched.push(Arc::clone(file));
-        }
-    }
-
-    /// The stream's files, created if new.
-    fn stream_files(&mut self, stream: &str) -> BrokerResult<&mut StreamFiles> {
-        if !self.streams.contains_key(stream) {
-            let dir = self.dir.join("streams").join(stream_dir_name(stream));
-            fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
-            sync_dir(&self.dir.join("streams"))?;
-            self.streams.insert(
+    /// The stream's files, its directory created if new.
+    fn stream_files<'s>(
+        streams: &'s mut HashMap<String, StreamFiles>,
+        dir: &Path,
+        syncer: &Syncer,
+        created: &mut Vec<String>,
+        stream: &str,
+    ) -> BrokerResult<&'s mut StreamFiles> {
+        if !streams.contains_key(stream) {
+            let streams_dir = dir.join("streams");
+            let dir = streams_dir.join(stream_dir_name(stream));
+            create_private_dir(&dir)?;
+            fsync_dir(syncer, &streams_dir)?;
+            created.push(stream.to_owned());
+            streams.insert(
                 stream.to_owned(),
                 StreamFiles {
                     dir,
@@ -191,117 +365,121 @@ impl Store {
                 },
             );
         }
-        self.streams
+        streams
             .get_mut(stream)
             .ok_or_else(|| BrokerError::InvalidArgument(format!("stream {stream:?} vanished")))
     }
 
-    /// Writes a stream's encoded entries (first id `first`, last `last`),
-    /// rolling to a new segment when the active one is full.
-    fn append_entries(&mut self, stream: &str, first: EntryId, last: EntryId) -> BrokerResult<()> {
+    /// Writes one run of a stream's entries, rolling to a new segment when
+    /// the active one is full.
+    fn append_run(&mut self, changes: &[Change], run: &Run) -> BrokerResult<()> {
+        let stream = change_stream(&changes[run.change]);
         let limit = self.options.segment_bytes;
-        let bytes = std::mem::take(&mut self.entry_buf);
-        let result = (|| {
-            let files = self.stream_files(stream)?;
-            let full = files
-                .segments
-                .last()
-                .is_none_or(|s| s.bytes >= limit && s.last.is_some());
-            if full || files.active.is_none() {
-                let path = files.dir.join(segment_file_name(first));
-                let file = create_with_header(&path, &format::file_header(format::SEGMENT_TAG))?;
-                files.segments.push(Segment {
-                    path,
-                    first,
-                    last: None,
-                    bytes: format::FILE_HEADER_LEN as u64,
-                });
-                files.active = Some(Arc::new(file));
-            }
-            let (Some(active), Some(segment)) = (files.active.clone(), files.segments.last_mut())
-            else {
-                return Err(BrokerError::InvalidArgument("no active segment".into()));
-            };
-            (&*active)
-                .write_all(&bytes)
-                .map_err(|e| io_error(&segment.path, e))?;
-            segment.bytes += bytes.len() as u64;
-            segment.last = Some(last);
-            Ok(active)
-        })();
-        self.entry_buf = bytes;
-        self.entry_buf.clear();
-        let active = result?;
-        self.touch(&active);
+        let files = Self::stream_files(
+            &mut self.streams,
+            &self.dir,
+            &self.syncer,
+            &mut self.created_streams,
+            stream,
+        )?;
+        let segments = files.segments.len();
+        let last_segment = files.segments.last().map(|s| (s.bytes, s.last));
+        let active = files.active.clone();
+        let full = files
+            .segments
+            .last()
+            .is_none_or(|s| s.bytes >= limit && s.last.is_some());
+        let mut created = false;
+        if full || files.active.is_none() {
+            let path = files.dir.join(segment_file_name(run.first));
+            let header = format::file_header(format::SEGMENT_TAG);
+            let file = create_with_header(&self.syncer, &path, &header)?;
+            files.segments.push(Segment {
+                path,
+                first: run.first,
+                last: None,
+                bytes: format::FILE_HEADER_LEN as u64,
+            });
+            files.active = Some(Arc::new(file));
+            created = true;
+        }
+        let (Some(file), Some(segment)) = (files.active.clone(), files.segments.last_mut()) else {
+            return Err(BrokerError::InvalidArgument("no active segment".into()));
+        };
+        self.marks.push(Mark {
+            file: Arc::clone(&file),
+            len: segment.bytes,
+            kind: MarkKind::Segment {
+                change: run.change,
+                segments,
+                last_segment,
+                active,
+                created,
+            },
+        });
+        let bytes = &self.entry_buf[run.bytes.clone()];
+        write_or_inject(
+            &self.syncer.failpoints,
+            Some(stream),
+            &file,
+            bytes,
+            &segment.path,
+        )?;
+        segment.bytes += bytes.len() as u64;
+        segment.last = Some(run.last);
+        touch(&mut self.touched, &file);
         Ok(())
     }
 
     /// Writes the group changes of one call as one journal record.
-    fn append_journal(&mut self, changes: &[Change]) -> BrokerResult<()> {
-        let group_changes = changes
-            .iter()
-            .filter(|c| !matches!(c, Change::Appended { .. }));
-        if group_changes.clone().next().is_none() {
-            return Ok(());
-        }
-        self.journal_buf.clear();
-        format::write_changes(&mut self.journal_buf, group_changes)
-            .map_err(BrokerError::InvalidArgument)?;
-        (&*self.journal.file)
-            .write_all(&self.journal_buf)
-            .map_err(|e| io_error(&self.journal.path, e))?;
-        self.journal.bytes += self.journal_buf.len() as u64;
-        let file = Arc::clone(&self.journal.file);
-        self.touch(&file);
-        if self.journal.bytes
-            > self
-                .options
-                .compact_journal_bytes
-                .max(self.snapshot_bytes.saturating_mul(4))
-        {
+    fn append_journal(&mut self) -> BrokerResult<()> {
+        let journal = &mut self.journal;
+        self.marks.push(Mark {
+            file: Arc::clone(&journal.file),
+            len: journal.bytes,
+            kind: MarkKind::Journal,
+        });
+        write_or_inject(
+            &self.syncer.failpoints,
+            None,
+            &journal.file,
+            &self.journal_buf,
+            &journal.path,
+        )?;
+        journal.bytes += self.journal_buf.len() as u64;
+        touch(&mut self.touched, &journal.file);
+        let threshold = self
+            .options
+            .compact_journal_bytes
+            .max(self.snapshot_bytes.saturating_mul(4))
+            .max(self.compaction_retry_at);
+        if journal.bytes > threshold {
             self.wants_compaction.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    fn write_changes(&mut self, changes: &mut Vec<Change>) -> BrokerResult<()> {
-        // Entries first, per stream in order, then the journal record: a
-        // journal record never refers to an entry written after it.
-        let mut i = 0;
-        while i < changes.len() {
-            let Change::Appended { stream, .. } = &changes[i] else {
-                i += 1;
-                continue;
-            };
-            let stream = stream.clone();
-            let (mut first, mut last) = (None, EntryId::ZERO);
-            while let Some(Change::Appended {
-                stream: s,
-                id,
-                message,
-                copy,
-            }) = changes.get(i)
-            {
-                if *s != stream {
-                    break;
-                }
-                format::write_entry(&mut self.entry_buf, *id, message, copy.as_deref()).map_err(
-                    |detail| {
-                        BrokerError::InvalidArgument(format!(
-                            "cannot store an entry of stream {stream:?}: {detail}"
-                        ))
-                    },
-                )?;
-                first.get_or_insert(*id);
-                last = *id;
-                i += 1;
-            }
-            if let Some(first) = first {
-                self.append_entries(&stream, first, last)?;
-            }
+    /// Writes a call's changes: entries first, per stream in order, then
+    /// the journal record, so a journal record never refers to an entry
+    /// written after it. If any write fails, the call's earlier writes are
+    /// taken back.
+    fn write_changes(&mut self, changes: &[Change]) -> BrokerResult<()> {
+        self.created_streams.clear();
+        self.encode(changes)?;
+        self.marks.clear();
+        let runs = std::mem::take(&mut self.runs);
+        let mut written = runs
+            .iter()
+            .try_for_each(|run| self.append_run(changes, run));
+        self.runs = runs;
+        if written.is_ok() && !self.journal_buf.is_empty() {
+            written = self.append_journal();
         }
-        self.append_journal(changes)?;
-        for change in changes.iter() {
+        if let Err(error) = written {
+            self.unwrite(changes);
+            return Err(error);
+        }
+        for change in changes {
             match change {
                 Change::Trimmed {
                     stream,
@@ -325,12 +503,75 @@ impl Store {
                 _ => {}
             }
         }
-        changes.clear();
         Ok(())
+    }
+
+    /// Takes back what a failed call wrote: each file is cut back to where
+    /// it ended before (a record cut short in the middle of a file would
+    /// read as damage after the next write), a segment the call created is
+    /// removed, and the bookkeeping goes back with them. If a file cannot
+    /// be cut back the store stops: it may now end in a partial record.
+    fn unwrite(&mut self, changes: &[Change]) {
+        let marks = std::mem::take(&mut self.marks);
+        for mark in marks.into_iter().rev() {
+            match mark.kind {
+                MarkKind::Journal => {
+                    if let Err(e) = mark.file.set_len(mark.len) {
+                        self.syncer.fail_stop(format!(
+                            "a failed write to {} could not be taken back: {e}",
+                            self.journal.path.display()
+                        ));
+                    }
+                    self.journal.bytes = mark.len;
+                    // The shorter length must reach the disk too.
+                    self.syncer.register([mark.file]);
+                }
+                MarkKind::Segment {
+                    change,
+                    segments,
+                    last_segment,
+                    active,
+                    created,
+                } => {
+                    let stream = change_stream(&changes[change]);
+                    let Some(files) = self.streams.get_mut(stream) else {
+                        continue;
+                    };
+                    if created {
+                        if let Some(new) = files.segments.get(segments)
+                            && let Err(e) = fs::remove_file(&new.path)
+                        {
+                            // Harmless: an empty segment is skipped on open
+                            // and deleted by the next trim.
+                            tracing::warn!(path = %new.path.display(), error = %e, "cannot remove the segment of a failed write");
+                        }
+                    } else if let Err(e) = mark.file.set_len(mark.len) {
+                        let path = files.segments.last().map(|s| s.path.display().to_string());
+                        self.syncer.fail_stop(format!(
+                            "a failed write to {} could not be taken back: {e}",
+                            path.unwrap_or_default()
+                        ));
+                    } else {
+                        self.syncer.register([mark.file]);
+                    }
+                    files.segments.truncate(segments);
+                    if let (Some(segment), Some((bytes, last))) =
+                        (files.segments.last_mut(), last_segment)
+                    {
+                        segment.bytes = bytes;
+                        segment.last = last;
+                    }
+                    files.active = active;
+                }
+            }
+        }
     }
 
     /// Deletes the stream's segments whose entries are all trimmed and none
     /// still needed by a group. The active (last) segment is never deleted.
+    /// A segment that cannot be deleted is kept and tried again after the
+    /// next trim; the error is an fsync failure of the directory, which
+    /// stops the store.
     pub(crate) fn delete_dead_segments(&mut self, stream: &str) -> BrokerResult<()> {
         let Some(files) = self.streams.get_mut(stream) else {
             return Ok(());
@@ -349,27 +590,48 @@ impl Store {
                 doomed.push(i);
             }
         }
+        let mut deleted = false;
         for &i in doomed.iter().rev() {
-            let segment = files.segments.remove(i);
-            fs::remove_file(&segment.path).map_err(|e| io_error(&segment.path, e))?;
-            tracing::debug!(path = %segment.path.display(), "segment deleted by retention");
+            let path = &files.segments[i].path;
+            match fs::remove_file(path) {
+                Ok(()) => {
+                    tracing::debug!(path = %path.display(), "segment deleted by retention");
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot delete a trimmed segment: kept for now");
+                    continue;
+                }
+            }
+            files.segments.remove(i);
+            deleted = true;
         }
-        if !doomed.is_empty() {
+        if deleted {
             let dir = files.dir.clone();
-            sync_dir(&dir)?;
+            fsync_dir(&self.syncer, &dir)?;
         }
         Ok(())
     }
 
     /// Writes a snapshot of the engine's group state, starts a new journal
-    /// after it, and removes the older snapshot and journal.
+    /// after it, and removes the older snapshot and journal. A failure
+    /// before the new snapshot is in place leaves everything as it was, and
+    /// the next try waits until the journal has grown by another
+    /// `compact_journal_bytes`.
     pub(crate) fn compact(&mut self, engine: &Engine) -> BrokerResult<()> {
-        if let Some(failed) = &self.failed {
-            return Err(BrokerError::Failed {
-                broker: "filelog",
-                detail: failed.clone(),
-            });
+        self.syncer.check()?;
+        self.wants_compaction.store(false, Ordering::Relaxed);
+        let result = self.write_snapshot(engine);
+        if result.is_err() && !self.syncer.stopped() {
+            self.compaction_retry_at = self
+                .journal
+                .bytes
+                .saturating_add(self.options.compact_journal_bytes);
         }
+        result
+    }
+
+    fn write_snapshot(&mut self, engine: &Engine) -> BrokerResult<()> {
         let state_dir = self.state_dir();
         let generation = self.journal.generation + 1;
         let changes = engine.snapshot();
@@ -381,38 +643,68 @@ impl Store {
         format::write_snapshot_end(&mut buf, changes.len() as u64)
             .map_err(BrokerError::InvalidArgument)?;
         let tmp = state_dir.join(format!("snapshot-{generation:020}.tmp"));
-        let result = (|| {
-            let mut file = File::create(&tmp).map_err(|e| io_error(&tmp, e))?;
-            file.write_all(&buf).map_err(|e| io_error(&tmp, e))?;
-            file.sync_all().map_err(|e| io_error(&tmp, e))?;
-            let path = snapshot_path(&state_dir, generation);
-            fs::rename(&tmp, &path).map_err(|e| io_error(&path, e))?;
-            let journal = journal_path(&state_dir, generation);
-            let file = create_with_header(&journal, &format::file_header(format::JOURNAL_TAG))?;
-            sync_dir(&state_dir)?;
-            let old = std::mem::replace(
-                &mut self.journal,
-                Journal {
-                    path: journal,
-                    file: Arc::new(file),
-                    generation,
-                    bytes: format::FILE_HEADER_LEN as u64,
-                },
-            );
-            // The new snapshot is durable: the old generation can go.
-            let _ = fs::remove_file(&old.path);
-            let _ = fs::remove_file(snapshot_path(&state_dir, old.generation));
-            sync_dir(&state_dir)?;
-            self.snapshot_bytes = buf.len() as u64;
-            tracing::debug!(
+        let path = snapshot_path(&state_dir, generation);
+        // Until the rename nothing refers to the new snapshot: a failure
+        // (its fsync's included, as nothing acknowledged depends on it)
+        // only removes the temporary file.
+        let staged = private_file()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .and_then(|mut file| {
+                file.write_all(&buf)?;
+                file.sync_all()
+            })
+            .and_then(|()| fs::rename(&tmp, &path));
+        if let Err(e) = staged {
+            let _ = fs::remove_file(&tmp);
+            return Err(io_error(&tmp, e));
+        }
+        // Opening now reads the new snapshot: it must get its journal, or
+        // go, or the journal written after this would be missed.
+        let journal = journal_path(&state_dir, generation);
+        let file = match create_with_header(
+            &self.syncer,
+            &journal,
+            &format::file_header(format::JOURNAL_TAG),
+        ) {
+            Ok(file) => file,
+            Err(error) => {
+                if !self.syncer.stopped() {
+                    if let Err(e) = fs::remove_file(&path) {
+                        return Err(self.syncer.fail_stop(format!(
+                            "compaction failed ({error}) and its snapshot {} could not be removed: {e}",
+                            path.display()
+                        )));
+                    }
+                    fsync_dir(&self.syncer, &state_dir)?;
+                }
+                return Err(error);
+            }
+        };
+        let old = std::mem::replace(
+            &mut self.journal,
+            Journal {
+                path: journal,
+                file: Arc::new(file),
                 generation,
-                bytes = buf.len(),
-                "group state compacted into a snapshot"
-            );
-            Ok(())
-        })();
-        self.wants_compaction.store(false, Ordering::Relaxed);
-        result.map_err(|e| self.fail(e))
+                bytes: format::FILE_HEADER_LEN as u64,
+            },
+        );
+        self.compaction_retry_at = 0;
+        // The new snapshot is durable: the old generation can go (opening
+        // removes whatever is left of it).
+        let _ = fs::remove_file(&old.path);
+        let _ = fs::remove_file(snapshot_path(&state_dir, old.generation));
+        fsync_dir(&self.syncer, &state_dir)?;
+        self.snapshot_bytes = buf.len() as u64;
+        tracing::debug!(
+            generation,
+            bytes = buf.len(),
+            "group state compacted into a snapshot"
+        );
+        Ok(())
     }
 
     /// Whether replaying the journal costs enough, next to the snapshot, to
@@ -468,185 +760,41 @@ impl Persistence for Store {
     }
 
     fn persist(&mut self, changes: &mut Vec<Change>) -> BrokerResult<u64> {
-        if let Some(failed) = &self.failed {
-            changes.clear();
-            return Err(BrokerError::Failed {
-                broker: "filelog",
-                detail: failed.clone(),
-            });
-        }
-        if let Err(e) = self.write_changes(changes) {
-            changes.clear();
-            return Err(self.fail(e));
-        }
-        let touched = std::mem::take(&mut self.touched);
-        Ok(self.syncer.register(touched))
-    }
-}
-
-/// Group commit: writers register the files they wrote; whoever waits for
-/// durability first syncs every file written so far, and everyone whose
-/// writes that covered is released by the same sync.
-pub(crate) struct Syncer {
-    state: Mutex<SyncState>,
-    synced_now: Notify,
-    policy: SyncPolicy,
-}
-
-#[derive(Default)]
-struct SyncState {
-    /// Ticket of the last registered write.
-    written: u64,
-    /// Every write up to this ticket is durable.
-    synced: u64,
-    /// A sync is running.
-    syncing: bool,
-    /// Files written since the last sync started.
-    dirty: Vec<Arc<File>>,
-    /// The first sync failure: durability can no longer be promised.
-    error: Option<String>,
-}
-
-impl Syncer {
-    pub(crate) fn new(policy: SyncPolicy) -> Arc<Self> {
-        let syncer = Arc::new(Syncer {
-            state: Mutex::new(SyncState::default()),
-            synced_now: Notify::new(),
-            policy,
-        });
-        let period = match policy {
-            SyncPolicy::EveryPublish => Duration::from_millis(100),
-            SyncPolicy::Interval(period) => period,
-        };
-        let weak = Arc::downgrade(&syncer);
-        let spawned = std::thread::Builder::new()
-            .name("ruststream-filelog-sync".into())
-            .spawn(move || background_sync(weak, period));
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "cannot start the file log's background sync thread");
-        }
-        syncer
-    }
-
-    fn lock(&self) -> MutexGuard<'_, SyncState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn register(&self, files: Vec<Arc<File>>) -> u64 {
-        let mut state = self.lock();
-        state.written += 1;
-        for file in files {
-            if !state.dirty.iter().any(|f| Arc::ptr_eq(f, &file)) {
-                state.dirty.push(file);
+        let written = self
+            .syncer
+            .check()
+            .and_then(|()| self.write_changes(changes));
+        let result = match written {
+            Ok(()) => {
+                let touched = std::mem::take(&mut self.touched);
+                Ok(self.syncer.register(touched))
             }
-        }
-        state.written
-    }
-
-    /// Takes the files to sync and the ticket that sync will cover.
-    fn start_sync(state: &mut SyncState) -> (Vec<Arc<File>>, u64) {
-        state.syncing = true;
-        (std::mem::take(&mut state.dirty), state.written)
-    }
-
-    fn finish_sync(&self, target: u64, result: std::io::Result<()>) {
-        let mut state = self.lock();
-        state.syncing = false;
-        match result {
-            Ok(()) => state.synced = state.synced.max(target),
-            Err(e) => {
-                tracing::error!(error = %e, "fsync failed; the file log takes no more writes");
-                state
-                    .error
-                    .get_or_insert_with(|| format!("fsync failed: {e}"));
-            }
-        }
-        drop(state);
-        self.synced_now.notify_waiters();
-    }
-
-    /// Syncs every dirty file now (blocking), unless a sync is running.
-    pub(crate) fn sync_blocking(&self) {
-        let (files, target) = {
-            let mut state = self.lock();
-            if state.syncing || state.dirty.is_empty() {
-                return;
-            }
-            Self::start_sync(&mut state)
-        };
-        let result = sync_files(&files);
-        self.finish_sync(target, result);
-    }
-
-    async fn wait_for(&self, ticket: u64) -> BrokerResult<()> {
-        loop {
-            let notified = self.synced_now.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let job = {
-                let mut state = self.lock();
-                if let Some(error) = &state.error {
-                    return Err(BrokerError::Failed {
-                        broker: "filelog",
-                        detail: error.clone(),
+            Err(error) => {
+                self.touched.clear();
+                // A stopped store takes no more calls: nothing to take back
+                // (and after a failed fsync the disk cannot be trusted).
+                if !self.syncer.stopped() {
+                    let plan = UndoPlan::new(changes, |stream| {
+                        self.streams.contains_key(stream)
+                            && !self.created_streams.iter().any(|s| s == stream)
                     });
+                    self.undo = Some(plan);
                 }
-                if state.synced >= ticket {
-                    return Ok(());
-                }
-                if state.syncing {
-                    None
-                } else {
-                    Some(Self::start_sync(&mut state))
-                }
-            };
-            match job {
-                Some((files, target)) => {
-                    let result = sync_off_the_executor(files).await;
-                    self.finish_sync(target, result);
-                }
-                None => notified.await,
+                Err(error)
             }
-        }
+        };
+        changes.clear();
+        result
     }
-}
 
-/// Runs the fsyncs without stalling other tasks: in place on a
-/// multi-thread runtime (measured faster than a hop to the blocking pool),
-/// on the blocking pool on a current-thread one.
-async fn sync_off_the_executor(files: Vec<Arc<File>>) -> std::io::Result<()> {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
-        return tokio::task::block_in_place(|| sync_files(&files));
-    }
-    match tokio::task::spawn_blocking(move || sync_files(&files)).await {
-        Ok(result) => result,
-        Err(e) => Err(std::io::Error::other(e.to_string())),
-    }
-}
-
-fn sync_files(files: &[Arc<File>]) -> std::io::Result<()> {
-    for file in files {
-        file.sync_data()?;
-    }
-    Ok(())
-}
-
-fn background_sync(syncer: Weak<Syncer>, period: Duration) {
-    loop {
-        std::thread::sleep(period);
-        let Some(syncer) = syncer.upgrade() else {
+    fn undo(&mut self, engine: &mut Engine) {
+        let Some(plan) = self.undo.take() else {
             return;
         };
-        syncer.sync_blocking();
-    }
-}
-
-impl Durability for Syncer {
-    fn wait(&self, ticket: u64) -> BrokerFuture<'_, ()> {
-        match self.policy {
-            SyncPolicy::EveryPublish => Box::pin(self.wait_for(ticket)),
-            SyncPolicy::Interval(_) => Box::pin(std::future::ready(Ok(()))),
+        if let Err(error) = undo::rebuild(self, engine, &plan) {
+            self.syncer.fail_stop(format!(
+                "a failed write could not be taken back from memory: {error}"
+            ));
         }
     }
 }
@@ -675,6 +823,7 @@ mod tests {
             );
             assert!(!dir.starts_with('.'), "{dir}");
             assert_eq!(stream_from_dir_name(&dir).as_deref(), Some(name), "{dir}");
+            assert_eq!(stream_dir_name_len(name), dir.len(), "{dir}");
         }
     }
 
@@ -685,5 +834,14 @@ mod tests {
         assert!(a < b);
         assert_eq!(segment_first_id(&a), Some(EntryId::new(9, 10)));
         assert_eq!(segment_first_id("x.seg"), None);
+    }
+
+    #[test]
+    fn a_directory_others_can_enter_is_recognised() {
+        assert!(!others_can_enter(0o700));
+        assert!(!others_can_enter(0o500));
+        for open in [0o755, 0o750, 0o701, 0o710, 0o770, 0o707] {
+            assert!(others_can_enter(open), "{open:o}");
+        }
     }
 }

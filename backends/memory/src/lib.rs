@@ -57,6 +57,15 @@ pub trait Persistence: Send + 'static {
     /// Persists (and drains) the changes of one call. Returns a ticket that
     /// [`Durability::wait`] resolves once those changes are durable.
     fn persist(&mut self, changes: &mut Vec<Change>) -> BrokerResult<u64>;
+
+    /// Called under the lock right after [`Persistence::persist`] failed,
+    /// with the engine that already holds the failed call's changes, so
+    /// that a persistence able to can put the engine back to what it has
+    /// stored: what readers see must never run ahead of the disk. The
+    /// default leaves the engine as it is.
+    fn undo(&mut self, engine: &mut Engine) {
+        let _ = engine;
+    }
 }
 
 /// Waiting for persisted changes to become durable (group commit).
@@ -141,7 +150,11 @@ impl<P: Persistence> State<P> {
         if self.changes.is_empty() {
             return Ok(0);
         }
-        self.persistence.persist(&mut self.changes)
+        let persisted = self.persistence.persist(&mut self.changes);
+        if persisted.is_err() {
+            self.persistence.undo(&mut self.engine);
+        }
+        persisted
     }
 }
 

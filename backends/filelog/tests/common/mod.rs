@@ -1,0 +1,44 @@
+//! Helpers shared by the file log's integration tests.
+
+// Not every test file uses every helper.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A fresh directory under the system's temp dir, removed on drop.
+pub(crate) struct TempDir(pub(crate) PathBuf);
+
+impl TempDir {
+    pub(crate) fn new() -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ruststream-filelog-faults-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The journal being written (there is one outside a compaction).
+pub(crate) fn journal(dir: &Path) -> PathBuf {
+    fs::read_dir(dir.join("state"))
+        .expect("state directory")
+        .map(|e| e.expect("state entry").path())
+        .find(|p| p.to_string_lossy().ends_with(".log"))
+        .expect("a journal")
+}
+
+/// The journal's length in bytes.
+pub(crate) fn journal_len(dir: &Path) -> u64 {
+    fs::metadata(journal(dir)).expect("journal metadata").len()
+}

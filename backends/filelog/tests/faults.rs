@@ -1,0 +1,518 @@
+//! Failures stay where they happen: a bad name or an oversized record is
+//! refused before anything changes, an I/O error fails only its own call
+//! (and leaves nothing behind, in memory or on disk), and an fsync failure
+//! stops the broker for good (fail-stop).
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::fs;
+use std::time::Duration;
+
+use common::{TempDir, journal_len};
+use ruststream_core::{
+    Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
+};
+use ruststream_filelog::{FileLogBroker, FileLogOptions, SyncPolicy};
+
+fn msg(text: &str) -> Message {
+    Message::new(text.as_bytes().to_vec())
+}
+
+/// The payloads of a stream, in order.
+async fn payloads(b: &FileLogBroker, stream: &str) -> Vec<String> {
+    b.range(stream, EntryId::ZERO, EntryId::MAX, 1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| String::from_utf8_lossy(e.payload()).into_owned())
+        .collect()
+}
+
+/// What a read of new entries hands out.
+async fn read_new(b: &FileLogBroker, stream: &str, group: &str) -> Vec<String> {
+    b.read(ReadRequest::new(stream, group, "c1", ReadMode::New, 100))
+        .await
+        .unwrap()
+        .deliveries
+        .iter()
+        .map(|d| String::from_utf8_lossy(d.entry.payload()).into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_oversized_record_is_refused_before_anything_changes() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.ensure_group("jobs", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b.publish("jobs", msg("a")).await.unwrap();
+    let journal_before = journal_len(&dir.0);
+
+    let huge = Message::new(vec![7u8; 64 << 20]);
+    let err = b.publish("jobs", huge.clone()).await.unwrap_err();
+    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("\"jobs\"") && text.contains("limit"),
+        "the error names the stream and the limit: {text}"
+    );
+    // A batch is refused whole: its small first message is not kept either.
+    let err = b
+        .publish_batch("jobs", vec![msg("small"), huge])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    assert_eq!(payloads(&b, "jobs").await, ["a"], "nothing was applied");
+    assert_eq!(journal_len(&dir.0), journal_before, "nothing was written");
+
+    // The stream and the others go on.
+    b.publish("jobs", msg("b")).await.unwrap();
+    b.publish("other", msg("x")).await.unwrap();
+    assert_eq!(read_new(&b, "jobs", "g1").await, ["a", "b"]);
+    assert_eq!(b.failure(), None);
+    drop(b);
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    assert_eq!(payloads(&b, "jobs").await, ["a", "b"]);
+    assert_eq!(payloads(&b, "other").await, ["x"]);
+}
+
+#[tokio::test]
+async fn a_stream_name_too_long_for_a_directory_is_refused_and_others_go_on() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.publish("jobs", msg("a")).await.unwrap();
+    // 200 bytes, within every broker's limit, but 600 as a directory name
+    // (each byte of a non-ASCII character is written %XX).
+    let long = "é".repeat(100);
+    let err = b.publish(&long, msg("x")).await.unwrap_err();
+    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    assert!(err.to_string().contains("255"), "names the limit: {err}");
+    let err = b
+        .ensure_group(&long, "g1", StreamStart::New)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    assert_eq!(b.stream_info(&long).await.unwrap(), None);
+    // A long ASCII name of the same length is fine.
+    b.publish(&"s".repeat(200), msg("y")).await.unwrap();
+    b.publish("jobs", msg("b")).await.unwrap();
+    assert_eq!(payloads(&b, "jobs").await, ["a", "b"]);
+    drop(b);
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    assert_eq!(payloads(&b, "jobs").await, ["a", "b"]);
+    assert_eq!(payloads(&b, &"s".repeat(200)).await, ["y"]);
+}
+
+#[tokio::test]
+async fn an_io_error_on_one_stream_fails_that_call_only() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.ensure_group("jobs", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b.ensure_group("blocked", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b.publish("jobs", msg("a")).await.unwrap();
+    // A file where the stream's directory goes: creating it fails.
+    let in_the_way = dir.0.join("streams").join("blocked");
+    fs::write(&in_the_way, b"not a directory").unwrap();
+    let err = b.publish("blocked", msg("lost")).await.unwrap_err();
+    assert!(matches!(err, BrokerError::Io { .. }), "{err:?}");
+    assert!(err.is_transient(), "worth retrying once the cause is fixed");
+    // The failed publish is nowhere: not in the stream, not read.
+    assert_eq!(payloads(&b, "blocked").await, Vec::<String>::new());
+    assert_eq!(read_new(&b, "blocked", "g1").await, Vec::<String>::new());
+    // Other streams go on, and so does this one once the cause is gone.
+    b.publish("jobs", msg("b")).await.unwrap();
+    assert_eq!(read_new(&b, "jobs", "g1").await, ["a", "b"]);
+    assert_eq!(b.failure(), None);
+    fs::remove_file(&in_the_way).unwrap();
+    b.publish("blocked", msg("kept")).await.unwrap();
+    assert_eq!(read_new(&b, "blocked", "g1").await, ["kept"]);
+    drop(b);
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    assert_eq!(payloads(&b, "jobs").await, ["a", "b"]);
+    assert_eq!(payloads(&b, "blocked").await, ["kept"]);
+    assert_eq!(b.group_info("blocked", "g1").await.unwrap().pending, 1);
+}
+
+#[tokio::test]
+async fn a_segment_write_cut_short_is_undone_and_the_log_reopens() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.ensure_group("jobs", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b.publish_batch("jobs", vec![msg("a"), msg("b")])
+        .await
+        .unwrap();
+    // The next write to the stream's segment writes half its bytes, then
+    // fails.
+    b.inject_write_failure(Some("jobs"));
+    let err = b.publish("jobs", msg("torn")).await.unwrap_err();
+    assert!(matches!(err, BrokerError::Io { .. }), "{err:?}");
+    assert_eq!(payloads(&b, "jobs").await, ["a", "b"]);
+    b.publish("other", msg("x")).await.unwrap();
+    b.publish("jobs", msg("c")).await.unwrap();
+    assert_eq!(read_new(&b, "jobs", "g1").await, ["a", "b", "c"]);
+    drop(b);
+    // The half record was removed: what follows it is not "damage inside
+    // the file".
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    assert_eq!(payloads(&b, "jobs").await, ["a", "b", "c"]);
+    assert_eq!(b.group_info("jobs", "g1").await.unwrap().pending, 3);
+}
+
+#[tokio::test]
+async fn a_journal_write_cut_short_undoes_the_read_that_made_it() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.ensure_group("jobs", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b.publish_batch("jobs", vec![msg("a"), msg("b")])
+        .await
+        .unwrap();
+    b.inject_write_failure(None);
+    let err = b
+        .read(ReadRequest::new("jobs", "g1", "c1", ReadMode::New, 10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BrokerError::Io { .. }), "{err:?}");
+    // The read delivered nothing: the entries are still new.
+    assert_eq!(b.group_info("jobs", "g1").await.unwrap().pending, 0);
+    assert_eq!(read_new(&b, "jobs", "g1").await, ["a", "b"]);
+    drop(b);
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    assert_eq!(b.group_info("jobs", "g1").await.unwrap().pending, 2);
+}
+
+/// After an fsync error nothing that was written since the last good sync
+/// can be trusted to be on disk, and a later fsync that succeeds proves
+/// nothing (the kernel may have dropped the pages): the broker stops.
+async fn assert_stopped(b: &FileLogBroker) {
+    let failure = b.failure().expect("the broker reports its failure");
+    assert!(failure.contains("fsync"), "{failure}");
+    let failed = |r: Result<(), BrokerError>| match r {
+        Err(BrokerError::Failed { detail, .. }) => assert!(detail.contains("fsync"), "{detail}"),
+        other => panic!("expected Failed, got {other:?}"),
+    };
+    failed(b.publish("jobs", msg("after")).await.map(|_| ()));
+    failed(b.publish("other", msg("after")).await.map(|_| ()));
+    failed(
+        b.publish_batch("jobs", vec![msg("after")])
+            .await
+            .map(|_| ()),
+    );
+    failed(
+        b.ensure_group("jobs", "g2", StreamStart::New)
+            .await
+            .map(|_| ()),
+    );
+    failed(
+        b.read(ReadRequest::new("jobs", "g1", "c1", ReadMode::New, 10))
+            .await
+            .map(|_| ()),
+    );
+    failed(b.ack("jobs", "g1", &[EntryId::new(1, 0)]).await.map(|_| ()));
+    // Not even what was written before it is shown: it may not be on disk.
+    failed(
+        b.range("jobs", EntryId::ZERO, EntryId::MAX, 10)
+            .await
+            .map(|_| ()),
+    );
+    failed(b.stream_info("jobs").await.map(|_| ()));
+}
+
+#[tokio::test]
+async fn an_fsync_failure_stops_the_broker_when_every_publish_is_synced() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.ensure_group("jobs", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b.publish("jobs", msg("a")).await.unwrap();
+    assert_eq!(b.failure(), None);
+    b.inject_fsync_failure();
+    // The publish the failed fsync was to cover is not acknowledged.
+    let err = b.publish("jobs", msg("b")).await.unwrap_err();
+    assert!(matches!(err, BrokerError::Failed { .. }), "{err:?}");
+    assert_stopped(&b).await;
+    drop(b);
+    // A restart reads back what reached the disk.
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    assert_eq!(b.failure(), None);
+    assert_eq!(payloads(&b, "jobs").await[0], "a");
+    b.publish("jobs", msg("c")).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_fsync_failure_stops_the_broker_when_syncing_on_an_interval() {
+    let dir = TempDir::new();
+    let options = FileLogOptions {
+        // Long enough that only the test's own sync() runs.
+        sync: SyncPolicy::Interval(Duration::from_secs(3600)),
+        ..FileLogOptions::default()
+    };
+    let b = FileLogBroker::open_with(&dir.0, options).unwrap();
+    b.ensure_group("jobs", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b.publish("jobs", msg("a")).await.unwrap();
+    b.sync().await.unwrap();
+    b.inject_fsync_failure();
+    // Acknowledged after the write, as the policy says...
+    b.publish("jobs", msg("b")).await.unwrap();
+    // ...and the sync that should have covered it fails.
+    let err = b.sync().await.unwrap_err();
+    assert!(matches!(err, BrokerError::Failed { .. }), "{err:?}");
+    assert_stopped(&b).await;
+    drop(b);
+    let b = FileLogBroker::open_with(&dir.0, options).unwrap();
+    assert_eq!(payloads(&b, "jobs").await[0], "a");
+}
+
+#[tokio::test]
+async fn a_start_past_the_end_of_the_stream_is_refused_without_journaling() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    let ids = b
+        .publish_batch("jobs", vec![msg("a"), msg("b")])
+        .await
+        .unwrap();
+    let past = EntryId::new(ids[1].ms + 3_600_000, 0);
+    let before = journal_len(&dir.0);
+    let err = b
+        .ensure_group("jobs", "g1", StreamStart::Id(past))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    let err = b
+        .ensure_group("fresh", "g1", StreamStart::Id(EntryId::new(1, 0)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    assert_eq!(journal_len(&dir.0), before, "nothing journaled");
+    assert!(b.group_info("jobs", "g1").await.is_err());
+
+    b.ensure_group("jobs", "g1", StreamStart::Id(ids[0]))
+        .await
+        .unwrap();
+    let before = journal_len(&dir.0);
+    let err = b
+        .set_group_position("jobs", "g1", StreamStart::Id(past))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    assert_eq!(journal_len(&dir.0), before, "nothing journaled");
+    drop(b);
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    assert!(b.group_info("fresh", "g1").await.is_err());
+    assert_eq!(read_new(&b, "jobs", "g1").await, ["b"]);
+}
+
+/// Everything a reader can see of two streams and their groups, without
+/// idle times; when owed entries fall due only with `exact_times` (a
+/// reopened broker's clock starts anew).
+async fn observe_with(b: &FileLogBroker, exact_times: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in ["jobs", "other"] {
+        out.push(format!("{:?}", b.stream_info(s).await.unwrap()));
+        let entries = b.range(s, EntryId::ZERO, EntryId::MAX, 1000).await.unwrap();
+        out.push(format!(
+            "{:?}",
+            entries
+                .iter()
+                .map(|e| (e.id, String::from_utf8_lossy(e.payload()).into_owned()))
+                .collect::<Vec<_>>()
+        ));
+        for g in ["g1", "g2", "g3"] {
+            out.push(format!("{:?}", b.group_info(s, g).await.ok()));
+            let pending = b
+                .pending(s, g, EntryId::ZERO, 1000, None)
+                .await
+                .unwrap_or_default();
+            out.push(format!(
+                "{:?}",
+                pending
+                    .iter()
+                    .map(|p| {
+                        let owed = p
+                            .owed_in_ms
+                            .filter(|_| exact_times)
+                            .or(p.owed_in_ms.map(|_| 0));
+                        (p.id, p.consumer.clone(), p.times_delivered, owed)
+                    })
+                    .collect::<Vec<_>>()
+            ));
+            let dead = b.dead_letters(s, g, EntryId::ZERO, 1000).await.ok();
+            out.push(format!(
+                "{:?}",
+                dead.map(|d| d
+                    .iter()
+                    .map(|d| (d.id(), d.reason.clone(), d.times_delivered))
+                    .collect::<Vec<_>>())
+            ));
+        }
+    }
+    out
+}
+
+async fn observe(b: &FileLogBroker) -> Vec<String> {
+    observe_with(b, true).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_call_of_any_kind_leaves_every_stream_as_it_was() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.ensure_group("jobs", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b.ensure_group("other", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    let ids = b
+        .publish_batch("jobs", (0..12).map(|i| msg(&format!("j{i}"))).collect())
+        .await
+        .unwrap();
+    b.publish("other", msg("o1")).await.unwrap();
+    let read = |count| ReadRequest::new("jobs", "g1", "c1", ReadMode::New, count);
+    assert_eq!(b.read(read(8)).await.unwrap().deliveries.len(), 8);
+    b.read(ReadRequest::new("other", "g1", "c9", ReadMode::New, 1))
+        .await
+        .unwrap();
+    b.ack("jobs", "g1", &ids[0..2]).await.unwrap();
+    b.retry(
+        "jobs",
+        "g1",
+        &ids[2..3],
+        Retry::After(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    b.retry("jobs", "g1", &ids[3..4], Retry::Copy)
+        .await
+        .unwrap();
+    b.dead_letter("jobs", "g1", &ids[4..6], "bad")
+        .await
+        .unwrap();
+    // Entries 5 to 7 stay pending or dead past the trim: kept in memory.
+    b.trim("jobs", Trim::MaxLen(4)).await.unwrap();
+    let before = observe(&b).await;
+
+    type Call<'a> =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BrokerError>> + 'a>>;
+    let calls: Vec<(&str, Option<&str>, Call<'_>)> = vec![
+        (
+            "read",
+            None,
+            Box::pin(async { b.read(read(10)).await.map(drop) }),
+        ),
+        (
+            "ack",
+            None,
+            Box::pin(async { b.ack("jobs", "g1", &ids[6..8]).await.map(drop) }),
+        ),
+        (
+            "ack of kept entries",
+            None,
+            Box::pin(async { b.ack("jobs", "g1", &ids[4..8]).await.map(drop) }),
+        ),
+        (
+            "retry copy (journal)",
+            None,
+            Box::pin(async {
+                b.retry("jobs", "g1", &ids[6..7], Retry::Copy)
+                    .await
+                    .map(drop)
+            }),
+        ),
+        (
+            "retry copy (segment)",
+            Some("jobs"),
+            Box::pin(async {
+                b.retry("jobs", "g1", &ids[6..7], Retry::Copy)
+                    .await
+                    .map(drop)
+            }),
+        ),
+        (
+            "dead letter",
+            None,
+            Box::pin(async { b.dead_letter("jobs", "g1", &ids[7..8], "x").await.map(drop) }),
+        ),
+        (
+            "redrive",
+            None,
+            Box::pin(async { b.redrive("jobs", "g1", &ids[4..5]).await.map(drop) }),
+        ),
+        (
+            "discard",
+            None,
+            Box::pin(async { b.discard("jobs", "g1", &ids[4..6]).await.map(drop) }),
+        ),
+        (
+            "trim",
+            None,
+            Box::pin(async { b.trim("jobs", Trim::MaxLen(1)).await.map(drop) }),
+        ),
+        (
+            "new group",
+            None,
+            Box::pin(async {
+                b.ensure_group("jobs", "g2", StreamStart::Beginning)
+                    .await
+                    .map(drop)
+            }),
+        ),
+        (
+            "new group on a new stream",
+            None,
+            Box::pin(async {
+                b.ensure_group("fresh", "g1", StreamStart::Beginning)
+                    .await
+                    .map(drop)
+            }),
+        ),
+        (
+            "move group",
+            None,
+            Box::pin(async {
+                b.set_group_position("jobs", "g1", StreamStart::Beginning)
+                    .await
+                    .map(drop)
+            }),
+        ),
+        (
+            "publish",
+            Some("jobs"),
+            Box::pin(async { b.publish("jobs", msg("lost")).await.map(drop) }),
+        ),
+        (
+            "publish to a new stream",
+            Some("fresh"),
+            Box::pin(async { b.publish("fresh", msg("lost")).await.map(drop) }),
+        ),
+    ];
+    for (what, target, call) in calls {
+        b.inject_write_failure(target);
+        let err = call.await.unwrap_err();
+        assert!(matches!(err, BrokerError::Io { .. }), "{what}: {err:?}");
+        assert_eq!(observe(&b).await, before, "{what} left a trace");
+        assert_eq!(b.stream_info("fresh").await.unwrap(), None, "{what}");
+    }
+    assert_eq!(b.failure(), None);
+    // And the same calls then work.
+    b.ack("jobs", "g1", &ids[4..8]).await.unwrap();
+    b.publish("jobs", msg("after")).await.unwrap();
+    let live = observe_with(&b, false).await;
+    drop(b);
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    assert_eq!(observe_with(&b, false).await, live);
+}
