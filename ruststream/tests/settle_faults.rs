@@ -458,3 +458,51 @@ async fn a_broker_that_stopped_taking_writes_makes_the_app_unhealthy() {
     );
     app.shutdown().await;
 }
+
+#[subscriber(RedisStream::new("durable").group("g"))]
+async fn durable(_job: &Job) {}
+
+/// End to end on the file log: after an fsync error the broker stops
+/// taking writes, the publish that was not made durable fails, and the
+/// app's health names the broker, the cause and the subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_log_fsync_failure_shows_in_the_apps_health() {
+    let dir = std::env::temp_dir().join(format!(
+        "ruststream-health-{}-{}",
+        std::process::id(),
+        line!()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let broker = ruststream::FileLogBroker::open(&dir).unwrap();
+    let app = RustStream::new(AppInfo::new("test", "0"))
+        .with_broker(broker.clone(), |b| {
+            b.include(durable);
+        })
+        .start()
+        .await
+        .unwrap();
+    assert!(app.health().is_healthy());
+    broker.inject_fsync_failure();
+    let publisher = Publisher::new(Arc::new(broker.clone()));
+    let refused = publisher.publish(&Job { n: 1 }).to("durable").await;
+    assert!(
+        refused.is_err(),
+        "a publish that was not made durable fails"
+    );
+    let health = app.health();
+    assert!(!health.is_healthy());
+    let text = health.to_string();
+    assert!(
+        text.starts_with("filelog broker:") && text.contains("durable"),
+        "{text}"
+    );
+    assert!(
+        publisher
+            .publish(&Job { n: 2 })
+            .to("durable")
+            .await
+            .is_err()
+    );
+    app.shutdown_within(Duration::from_secs(1)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
