@@ -546,6 +546,8 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
     // holds has settled, any entry still pending under its name is one of
     // those, and it re-reads its own pending list as at start-up.
     let mut recheck_own = false;
+    // Whether a lost group was recreated since the last successful read.
+    let mut recreated_since_read = false;
 
     loop {
         // Spans at debug level can be on only when the level filter lets
@@ -719,6 +721,7 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                 match result {
                     Ok(batch) => {
                         backoff.reset();
+                        recreated_since_read = false;
                         if let Some(after) = &mut recovering {
                             // Page on past what this read handed out or
                             // dead-lettered; an empty page ends recovery.
@@ -752,8 +755,18 @@ async fn drive<S: Subscriber>(worker: &Worker<S>, outbox: &Outbox) {
                             recheck_own = true;
                         }
                         let delay = backoff.next_delay();
-                        worker.read_failed(&error, delay, last_read).await;
-                        backing_off = Some(Box::pin(tokio::time::sleep(delay)));
+                        let recreated = worker.read_failed(&error, delay, last_read).await;
+                        if recreated && !recreated_since_read {
+                            // The group is back: the broker answers again,
+                            // so read at once rather than after the backoff
+                            // its outage built up. Once only until a read
+                            // succeeds, so a broker that keeps losing the
+                            // group still gets the backoff.
+                            recreated_since_read = true;
+                            backoff.reset();
+                        } else {
+                            backing_off = Some(Box::pin(tokio::time::sleep(delay)));
+                        }
                     }
                 }
             }
@@ -850,8 +863,14 @@ impl<S: Subscriber> Worker<S> {
     }
 
     /// Logs a failed read and, for a group the broker lost, recreates it
-    /// after `last_read` (see [`Worker::recreate_group`]).
-    async fn read_failed(&self, error: &BrokerError, retry_in: Duration, last_read: EntryId) {
+    /// after `last_read` (see [`Worker::recreate_group`]). Returns whether
+    /// it recreated the group.
+    async fn read_failed(
+        &self,
+        error: &BrokerError,
+        retry_in: Duration,
+        last_read: EntryId,
+    ) -> bool {
         let env = &self.env;
         tracing::error!(
             subscriber = env.name,
@@ -861,9 +880,7 @@ impl<S: Subscriber> Worker<S> {
             ?retry_in,
             "read failed"
         );
-        if matches!(error, BrokerError::NoGroup { .. }) {
-            self.recreate_group(last_read).await;
-        }
+        matches!(error, BrokerError::NoGroup { .. }) && self.recreate_group(last_read).await
     }
 
     /// Recreates a group the broker lost (a server restart without
@@ -878,7 +895,7 @@ impl<S: Subscriber> Worker<S> {
     /// `last_read` by nobody are not skipped either; entries the lost group
     /// had pending lose their pending state with it (the broker forgot
     /// them), as `docs/guarantees.md` says.
-    async fn recreate_group(&self, last_read: EntryId) {
+    async fn recreate_group(&self, last_read: EntryId) -> bool {
         let env = &self.env;
         let start = if last_read == EntryId::ZERO {
             StreamStart::Beginning
@@ -896,19 +913,26 @@ impl<S: Subscriber> Worker<S> {
                 .ensure_group(env.stream(), env.group(), start)
                 .await
             {
-                Ok(true) => tracing::warn!(
-                    stream = env.stream(),
-                    group = env.group(),
-                    ?start,
-                    "consumer group was missing (server restart or flush?): recreated"
-                ),
-                Ok(false) => {}
-                Err(e) => tracing::error!(
-                    stream = env.stream(),
-                    group = env.group(),
-                    %e,
-                    "could not recreate the consumer group; trying again after the next failed read"
-                ),
+                Ok(created) => {
+                    if created {
+                        tracing::warn!(
+                            stream = env.stream(),
+                            group = env.group(),
+                            ?start,
+                            "consumer group was missing (server restart or flush?): recreated"
+                        );
+                    }
+                    true
+                }
+                Err(e) => {
+                    tracing::error!(
+                        stream = env.stream(),
+                        group = env.group(),
+                        %e,
+                        "could not recreate the consumer group; trying again after the next failed read"
+                    );
+                    false
+                }
             }
         }
     }

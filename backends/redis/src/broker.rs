@@ -10,22 +10,20 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnecti
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, Value};
 use ruststream_core::{
     Broker, BrokerError, BrokerFuture, BrokerResult, ConsumerInfo, DeadLetter, Entry, EntryId,
-    GroupInfo, Message, PendingEntry, ReadBatch, ReadMode, ReadRequest, Retry, StreamInfo,
-    StreamStart, Trim,
+    GroupInfo, Message, NameKind, PendingEntry, ReadBatch, ReadMode, ReadRequest, Retry,
+    StreamInfo, StreamStart, Trim, check_name,
 };
 use tokio::sync::OnceCell;
 
 use crate::codec::{self, GroupKeys};
 use crate::error::{BROKER, Scope, redact};
-use crate::scripts::Scripts;
+use crate::scripts::{Lua, Scripts};
 
 /// The oldest server the broker works with: `XAUTOCLAIM` and exclusive
 /// `XPENDING` ranges came in 6.2.
 const MIN_VERSION: Version = Version(6, 2, 0);
 /// The first server with `XREADGROUP ... CLAIM`.
 const CLAIM_VERSION: Version = Version(8, 4, 0);
-/// Most ids one script call takes (Lua's `unpack` has a stack limit).
-const IDS_PER_CALL: usize = 4096;
 /// Longest wait between two checks for idle entries in a blocking claiming
 /// or reclaim read.
 const MAX_IDLE_POLL: Duration = Duration::from_secs(1);
@@ -162,6 +160,99 @@ fn ready<T: Send + 'static>(result: BrokerResult<T>) -> BrokerFuture<'static, T>
     Box::pin(std::future::ready(result))
 }
 
+/// Checks the names a call takes, before anything is sent: the rules every
+/// broker applies ([`check_name`]), which also keep the key layout
+/// unambiguous here (see the crate docs, *Names*).
+fn check_names(stream: &str, group: Option<&str>, consumer: Option<&str>) -> BrokerResult<()> {
+    check_name(NameKind::Stream, stream)?;
+    if let Some(group) = group {
+        check_name(NameKind::Group, group)?;
+    }
+    if let Some(consumer) = consumer {
+        check_name(NameKind::Consumer, consumer)?;
+    }
+    Ok(())
+}
+
+/// What probing `XREADGROUP ... CLAIM` found.
+#[derive(Debug, PartialEq, Eq)]
+enum ClaimSupport {
+    /// The server ran it.
+    Supported,
+    /// The server refused it as a syntax it does not know; its answer.
+    Missing(String),
+}
+
+/// Classifies the server's answer to the `XREADGROUP ... CLAIM` probe. Any
+/// reply is support (an empty read, here); an `ERR` about the syntax (what a
+/// server without CLAIM answers: Redis 7.0 says `ERR syntax error`) is its
+/// absence. Any other error (a lost connection, an ACL refusal) is handed
+/// back as it is: it says nothing about CLAIM.
+fn classify_claim_probe(reply: Result<Value, RedisError>) -> Result<ClaimSupport, RedisError> {
+    let e = match reply {
+        Ok(_) => return Ok(ClaimSupport::Supported),
+        Err(e) => e,
+    };
+    let detail = e.detail().unwrap_or_default().to_ascii_lowercase();
+    let about_syntax = [
+        "syntax",
+        "unrecognized",
+        "unknown",
+        "wrong number of arguments",
+    ]
+    .iter()
+    .any(|word| detail.contains(word));
+    if e.code() == Some("ERR") && about_syntax {
+        let shown = format!("ERR {}", e.detail().unwrap_or_default());
+        return Ok(ClaimSupport::Missing(shown));
+    }
+    Err(e)
+}
+
+/// Whether a claiming read can be served, given the server's version and
+/// what the probe found. The probe decides: a server can report 8.4 or
+/// later and lack CLAIM (a development build reports 255.255.255).
+fn claim_gate(url: &str, version: Version, support: &ClaimSupport) -> BrokerResult<()> {
+    let ClaimSupport::Missing(answer) = support else {
+        return Ok(());
+    };
+    let advice = "on this server read new entries with RedisStream::new(..) and take over a stopped worker's entries \
+         with a second subscription RedisStream::reclaim(.., min_idle) on the same group (XAUTOCLAIM)";
+    let needed = format!("{}.{}", CLAIM_VERSION.0, CLAIM_VERSION.1);
+    let detail = if version < CLAIM_VERSION {
+        format!(
+            "a claiming read (XREADGROUP ... CLAIM) needs Redis {needed} or later, and the server at {url} runs Redis {version} \
+             (it answered XREADGROUP ... CLAIM with {answer:?}); {advice}"
+        )
+    } else {
+        format!(
+            "a claiming read needs XREADGROUP ... CLAIM (Redis {needed} or later), and the server at {url} reports Redis {version} \
+             but does not have it (it answered XREADGROUP ... CLAIM with {answer:?}); {advice}"
+        )
+    };
+    Err(BrokerError::Unsupported {
+        broker: BROKER,
+        detail,
+    })
+}
+
+/// A key for one claim probe: in the `rs:` namespace (no stream name has
+/// braces, so no stream is called this) and unique, so that concurrent
+/// probes never meet.
+fn probe_key() -> String {
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "rs:{{ruststream-probe}}:claim:{}-{nanos:x}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 impl RedisBroker {
     /// A broker on the standalone server at `url` (`redis://host:port/db`,
     /// `rediss://` for TLS is not built in), with default settings.
@@ -272,18 +363,50 @@ impl RedisBroker {
                 ),
             });
         }
-        if matches!(mode, ReadMode::Claiming { .. }) && version < CLAIM_VERSION {
-            return Err(BrokerError::Unsupported {
-                broker: BROKER,
-                detail: format!(
-                    "a claiming read (XREADGROUP ... CLAIM) needs Redis {}.{} or later, and the server at {} runs Redis {version}; \
-                     on this server read new entries with RedisStream::new(..) and take over a stopped worker's entries \
-                     with a second subscription RedisStream::reclaim(.., min_idle) on the same group (XAUTOCLAIM)",
-                    CLAIM_VERSION.0, CLAIM_VERSION.1, self.inner.url
-                ),
-            });
+        if matches!(mode, ReadMode::Claiming { .. }) {
+            let support = self.probe_claim(&probe_key()).await?;
+            claim_gate(&self.inner.url, version, &support)?;
         }
         Ok(())
+    }
+
+    /// Asks the server to run `XREADGROUP ... CLAIM` on a scratch stream
+    /// `key` (made, read and deleted in one round trip).
+    async fn probe_claim(&self, key: &str) -> BrokerResult<ClaimSupport> {
+        let scope = self.scope(key, None);
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("XGROUP")
+            .arg("CREATE")
+            .arg(key)
+            .arg("probe")
+            .arg("$")
+            .arg("MKSTREAM");
+        pipe.cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("probe")
+            .arg("probe")
+            .arg("COUNT")
+            .arg(1)
+            .arg("CLAIM")
+            .arg(1)
+            .arg("STREAMS")
+            .arg(key)
+            .arg(">");
+        pipe.cmd("DEL").arg(key);
+        let mut conn = self.conn().await?;
+        let replies: Vec<Result<Value, RedisError>> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| scope.error(&e))?;
+        let [created, read, deleted] = <[_; 3]>::try_from(replies).map_err(|_| {
+            scope.bad_reply(codec::BadReply(
+                "a three-command pipeline did not answer three times".to_owned(),
+            ))
+        })?;
+        created.map_err(|e| scope.error(&e))?;
+        deleted.map_err(|e| scope.error(&e))?;
+        classify_claim_probe(read).map_err(|e| scope.error(&e))
     }
 
     /// One non-blocking read. A `New` read is the hot path: the owed-entries
@@ -318,7 +441,7 @@ impl RedisBroker {
             ReadMode::Reclaim { .. } => self.cursor(req),
             _ => "0-0".to_owned(),
         };
-        let mut invocation = self.inner.scripts.read.prepare_invoke();
+        let mut invocation = self.inner.scripts.read.script.prepare_invoke();
         invocation
             .key(req.stream)
             .key(&keys.due)
@@ -344,10 +467,12 @@ impl RedisBroker {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| scope.error(&e))?;
-        let read = codec::script_read(&value).map_err(|e| scope.bad_reply(e))?;
+        let mut read = codec::script_read(&value).map_err(|e| scope.bad_reply(e))?;
         if let (ReadMode::Reclaim { .. }, Some(cursor)) = (req.mode, &read.cursor) {
             self.set_cursor(req, cursor);
         }
+        let aside = std::mem::take(&mut read.aside);
+        self.settle_aside(req, aside, &mut read.dead_lettered).await;
         if !read.dropped.is_empty() {
             tracing::warn!(
                 stream = req.stream,
@@ -448,7 +573,6 @@ impl RedisBroker {
                     let carried = entry.delivery.delivery_count;
                     if max > 0 && carried >= max {
                         post.dead.push((entry.delivery.id(), carried));
-                        read.dead_lettered.push(entry.delivery.id());
                     } else {
                         if carried > 0 {
                             post.fix.push((entry.delivery.id(), carried));
@@ -470,31 +594,90 @@ impl RedisBroker {
         if post.is_empty() {
             return Ok(read);
         }
-        if let Err(e) = self.post(req, &keys, max, &post).await {
-            // Entries that could not be handed back are delivered after
-            // all (over the count, rather than stuck pending unseen). Copies
-            // left unsettled stay pending and are settled by their next
-            // claim.
-            tracing::error!(
-                stream = req.stream,
-                group = req.group,
-                error = %e,
-                "could not settle retry copies or hand back entries read beyond the count"
-            );
-            read.deliveries.extend(beyond);
+        match self.post(req, &keys, max, &post).await {
+            Ok((buried, aside)) => {
+                read.dead_lettered.extend(buried);
+                self.settle_aside(req, aside, &mut read.dead_lettered).await;
+            }
+            Err(e) => {
+                // Entries that could not be handed back are delivered after
+                // all (over the count, rather than stuck pending unseen).
+                // Copies left unsettled stay pending and are settled by their
+                // next claim.
+                tracing::error!(
+                    stream = req.stream,
+                    group = req.group,
+                    error = %e,
+                    "could not settle retry copies or hand back entries read beyond the count"
+                );
+                read.deliveries.extend(beyond);
+            }
         }
         Ok(read)
     }
 
+    /// Deals with the entries a read script set aside rather than fail
+    /// half-way: an entry at its attempt bound whose dead letter was too big
+    /// for a script is dead-lettered from here (the dead-letter script takes
+    /// such appends from the broker); any other is logged. Either way the
+    /// entries behind it were read on.
+    async fn settle_aside(
+        &self,
+        req: &ReadRequest<'_>,
+        aside: Vec<codec::Aside>,
+        dead_lettered: &mut Vec<EntryId>,
+    ) {
+        if aside.is_empty() {
+            return;
+        }
+        for entry in aside {
+            if !entry.error.is_empty() {
+                tracing::error!(
+                    stream = req.stream,
+                    group = req.group,
+                    id = %entry.id,
+                    error = %entry.error,
+                    "an owed entry could neither be handed out nor dead-lettered: set aside (owed again in 10 s), \
+                     the entries behind it are read on"
+                );
+                continue;
+            }
+            let dead = self
+                .dead_letter_impl(
+                    req.stream,
+                    req.group,
+                    &[entry.id],
+                    &entry.reason,
+                    Some(entry.times),
+                )
+                .await;
+            match dead {
+                Ok(0) => {} // settled by another worker meanwhile
+                Ok(_) => dead_lettered.push(entry.id),
+                Err(e) => tracing::error!(
+                    stream = req.stream,
+                    group = req.group,
+                    id = %entry.id,
+                    error = %e,
+                    "an entry at max_deliveries could not be dead-lettered: it stays where it was \
+                     (an owed one is owed again in 10 s) and the entries behind it are read on"
+                ),
+            }
+        }
+        dead_lettered.sort_unstable();
+    }
+
+    /// Runs the post script; returns the copies it dead-lettered and the
+    /// entries it set aside.
     async fn post(
         &self,
         req: &ReadRequest<'_>,
         keys: &GroupKeys,
         max: u32,
         post: &Post,
-    ) -> BrokerResult<()> {
+    ) -> BrokerResult<(Vec<EntryId>, Vec<codec::Aside>)> {
         let scope = self.scope(req.stream, Some(req.group));
-        let mut invocation = self.inner.scripts.post.prepare_invoke();
+        let mut invocation = self.inner.scripts.post.script.prepare_invoke();
         invocation
             .key(req.stream)
             .key(&keys.due)
@@ -520,11 +703,11 @@ impl RedisBroker {
             invocation.arg(id.to_string());
         }
         let mut conn = self.conn().await?;
-        let _: Value = invocation
+        let reply: Value = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| scope.error(&e))?;
-        Ok(())
+        codec::post_reply(&reply).map_err(|e| scope.bad_reply(e))
     }
 
     fn cursor(&self, req: &ReadRequest<'_>) -> String {
@@ -552,6 +735,7 @@ impl RedisBroker {
     }
 
     async fn read_impl(&self, req: ReadRequest<'_>) -> BrokerResult<ReadBatch> {
+        check_names(req.stream, Some(req.group), Some(req.consumer))?;
         if req.count == 0 {
             return Err(BrokerError::InvalidArgument(format!(
                 "read from group {:?} on stream {:?} asked for 0 entries; count must be at least 1",
@@ -674,52 +858,118 @@ impl RedisBroker {
             .map_err(|e| scope.error(&e))
     }
 
-    async fn invoke_ids(
+    /// Runs a settle script (retry, dead letter, redrive) on `ids` in one
+    /// call: `keys`, then `args`, then the precopied part (none), then the
+    /// ids. A script whose appends are too big for it changes nothing and
+    /// plans them instead (see `plan_appends` in `lua/common.lua`); they
+    /// are then made here, followed by the script, in one MULTI/EXEC, so
+    /// that the call is still applied whole or not at all.
+    async fn settle(
         &self,
-        script: &redis::Script,
+        lua: &Lua,
         keys: &[&str],
         args: &[&str],
         ids: &[EntryId],
         scope: Scope<'_>,
-    ) -> BrokerResult<Vec<Value>> {
+    ) -> BrokerResult<Value> {
         let mut conn = self.conn().await?;
-        let mut replies = Vec::new();
-        for chunk in ids.chunks(IDS_PER_CALL) {
-            let mut invocation = script.prepare_invoke();
-            for key in keys {
-                invocation.key(*key);
-            }
-            for arg in args {
-                invocation.arg(*arg);
-            }
-            for id in chunk {
-                invocation.arg(id.to_string());
-            }
-            let reply: Value = invocation
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| scope.error(&e))?;
-            replies.push(reply);
+        let mut invocation = lua.script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
         }
-        Ok(replies)
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        invocation.arg(0);
+        for id in ids {
+            invocation.arg(id.to_string());
+        }
+        let reply: Value = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| scope.error(&e))?;
+        let plan = match codec::settled(reply).map_err(|e| scope.bad_reply(e))? {
+            codec::Settled::Done(reply) => return Ok(reply),
+            codec::Settled::Big(plan) => plan,
+        };
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (_, fields) in &plan.items {
+            let xadd = pipe.cmd("XADD").arg(&plan.target).arg("*");
+            for field in fields {
+                xadd.arg(codec::bytes(field).unwrap_or_default());
+            }
+            xadd.ignore();
+        }
+        // EVAL, not EVALSHA: inside MULTI a NOSCRIPT could not fall back to
+        // the code, and the appends before it would stay.
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(&lua.code).arg(keys.len());
+        for key in keys {
+            eval.arg(*key);
+        }
+        for arg in args {
+            eval.arg(*arg);
+        }
+        eval.arg(plan.items.len());
+        for (id, _) in &plan.items {
+            eval.arg(id);
+        }
+        for id in ids {
+            codec::push_id(&mut eval, *id);
+        }
+        pipe.add_command(eval);
+        let (reply,): (Value,) = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| scope.error(&e))?;
+        match codec::settled(reply).map_err(|e| scope.bad_reply(e))? {
+            codec::Settled::Done(reply) => Ok(reply),
+            codec::Settled::Big(_) => Err(scope.bad_reply(codec::BadReply(
+                "a settle script asked for appends it had been given".to_owned(),
+            ))),
+        }
     }
 
-    async fn count_ids(
+    /// Dead-letters `ids`; `times` is the delivery count to record in
+    /// place of the one the group has (a read passes the count it saw
+    /// before its claim bumped it).
+    async fn dead_letter_impl(
         &self,
-        script: &redis::Script,
-        keys: &[&str],
-        args: &[&str],
+        stream: &str,
+        group: &str,
         ids: &[EntryId],
-        scope: Scope<'_>,
+        reason: &str,
+        times: Option<u32>,
     ) -> BrokerResult<u64> {
-        let replies = self.invoke_ids(script, keys, args, ids, scope).await?;
-        Ok(replies
-            .iter()
-            .map(|r| {
-                let n = codec::int(r).or_else(|| codec::array(r).first().and_then(codec::int));
-                u64::try_from(n.unwrap_or(0)).unwrap_or(0)
-            })
-            .sum())
+        let keys = GroupKeys::new(stream, group);
+        let times = times.map(|t| t.to_string()).unwrap_or_default();
+        let reply = self
+            .settle(
+                &self.inner.scripts.dead_letter,
+                &[stream, &keys.due, &keys.owed, &keys.dead, &keys.dead_index],
+                &[group, reason, &times],
+                ids,
+                self.scope(stream, Some(group)),
+            )
+            .await?;
+        Ok(codec::settled_count(&reply))
+    }
+
+    /// The last id `stream` ever had ([`EntryId::ZERO`] if it does not
+    /// exist).
+    async fn last_id(&self, stream: &str, scope: Scope<'_>) -> BrokerResult<EntryId> {
+        let mut conn = self.conn().await?;
+        let info: Result<Value, RedisError> = redis::cmd("XINFO")
+            .arg("STREAM")
+            .arg(stream)
+            .query_async(&mut conn)
+            .await;
+        match info {
+            Ok(info) => Ok(codec::stream(&info).last_id),
+            Err(e) if e.to_string().contains("no such key") => Ok(EntryId::ZERO),
+            Err(e) => Err(self.scope(stream, scope.group).error(&e)),
+        }
     }
 
     async fn publish_impl(
@@ -727,6 +977,7 @@ impl RedisBroker {
         stream: &str,
         messages: Vec<Message>,
     ) -> BrokerResult<Vec<EntryId>> {
+        check_names(stream, None, None)?;
         if messages.is_empty() {
             return Ok(Vec::new());
         }
@@ -755,7 +1006,11 @@ impl RedisBroker {
         group: &str,
         start: StreamStart,
     ) -> BrokerResult<bool> {
+        check_names(stream, Some(group), None)?;
         let scope = self.scope(stream, Some(group));
+        if let StreamStart::Id(_) = start {
+            start.check_within(stream, self.last_id(stream, scope).await?)?;
+        }
         let mut conn = self.conn().await?;
         let created: Result<Value, RedisError> = redis::cmd("XGROUP")
             .arg("CREATE")
@@ -773,6 +1028,7 @@ impl RedisBroker {
     }
 
     async fn group_info_impl(&self, stream: &str, group: &str) -> BrokerResult<GroupInfo> {
+        check_names(stream, Some(group), None)?;
         let scope = self.scope(stream, Some(group));
         let keys = GroupKeys::new(stream, group);
         let mut pipe = redis::pipe();
@@ -855,6 +1111,7 @@ impl RedisBroker {
     }
 
     async fn stream_info_impl(&self, stream: &str) -> BrokerResult<Option<StreamInfo>> {
+        check_names(stream, None, None)?;
         let scope = self.scope(stream, None);
         let mut pipe = redis::pipe();
         pipe.cmd("XINFO").arg("STREAM").arg(stream);
@@ -943,7 +1200,11 @@ impl Broker for RedisBroker {
         start: StreamStart,
     ) -> BrokerFuture<'a, ()> {
         Box::pin(async move {
+            check_names(stream, Some(group), None)?;
             let scope = self.scope(stream, Some(group));
+            if let StreamStart::Id(_) = start {
+                start.check_within(stream, self.last_id(stream, scope).await?)?;
+            }
             let _: Value = self
                 .query(
                     redis::cmd("XGROUP")
@@ -968,47 +1229,32 @@ impl Broker for RedisBroker {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
+        if let Err(e) = check_names(stream, Some(group), None) {
+            return ready(Err(e));
+        }
         if ids.is_empty() {
             return ready(Ok(0));
         }
         Box::pin(async move {
-            // XACK alone: an entry it does not find pending may be owed
-            // (held by nobody, in the due set), so only then is the due set
-            // asked too. The runtime acks what it holds, so that is rare.
+            // One XACK of the whole batch, in a script that also clears ids
+            // it did not find pending from the owed set (an owed entry is
+            // held by nobody), all or nothing.
             let keys = GroupKeys::new(stream, group);
             let scope = self.scope(stream, Some(group));
-            let mut conn = self.conn().await?;
-            let mut acked = 0u64;
-            for chunk in ids.chunks(IDS_PER_CALL) {
-                let mut xack = redis::cmd("XACK");
-                xack.arg(stream).arg(group);
-                for id in chunk {
-                    codec::push_id(&mut xack, *id);
-                }
-                let held: u64 = xack
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| scope.error(&e))?;
-                acked += held;
-                if held < chunk.len() as u64 {
-                    let mut zrem = redis::cmd("ZREM");
-                    let mut hdel = redis::cmd("HDEL");
-                    zrem.arg(&keys.due);
-                    hdel.arg(&keys.owed);
-                    for id in chunk {
-                        codec::push_id(&mut zrem, *id);
-                        codec::push_id(&mut hdel, *id);
-                    }
-                    let mut pipe = redis::pipe();
-                    pipe.add_command(zrem);
-                    pipe.add_command(hdel).ignore();
-                    let (owed,): (u64,) = pipe
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(|e| scope.error(&e))?;
-                    acked += owed;
-                }
+            let mut invocation = self.inner.scripts.ack.script.prepare_invoke();
+            invocation
+                .key(stream)
+                .key(&keys.due)
+                .key(&keys.owed)
+                .arg(group);
+            for id in ids {
+                invocation.arg(id.to_string());
             }
+            let mut conn = self.conn().await?;
+            let acked: u64 = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| scope.error(&e))?;
             Ok(acked)
         })
     }
@@ -1020,6 +1266,9 @@ impl Broker for RedisBroker {
         ids: &'a [EntryId],
         how: Retry,
     ) -> BrokerFuture<'a, u64> {
+        if let Err(e) = check_names(stream, Some(group), None) {
+            return ready(Err(e));
+        }
         if ids.is_empty() {
             return ready(Ok(0));
         }
@@ -1031,8 +1280,8 @@ impl Broker for RedisBroker {
                 Retry::After(delay) => ("after", ms(delay)),
             };
             let delay = delay.to_string();
-            let replies = self
-                .invoke_ids(
+            let reply = self
+                .settle(
                     &self.inner.scripts.retry,
                     &[stream, &keys.due, &keys.owed, &keys.wake],
                     &[group, kind, &delay],
@@ -1040,31 +1289,22 @@ impl Broker for RedisBroker {
                     scope,
                 )
                 .await?;
-            let mut retried = 0u64;
-            for reply in &replies {
-                let parts = codec::array(reply);
-                retried += parts
-                    .first()
-                    .and_then(codec::int)
-                    .and_then(|n| u64::try_from(n).ok())
-                    .unwrap_or(0);
-                let dropped: Vec<String> = parts
-                    .get(1)
-                    .map(codec::array)
-                    .unwrap_or(&[])
-                    .iter()
-                    .filter_map(|v| codec::text(v).map(str::to_owned))
-                    .collect();
-                if !dropped.is_empty() {
-                    tracing::warn!(
-                        stream,
-                        group,
-                        ids = ?dropped,
-                        "retry with copy: entries no longer in the stream (trimmed while pending): acked away"
-                    );
-                }
+            let dropped: Vec<String> = codec::array(&reply)
+                .get(1)
+                .map(codec::array)
+                .unwrap_or(&[])
+                .iter()
+                .filter_map(|v| codec::text(v).map(str::to_owned))
+                .collect();
+            if !dropped.is_empty() {
+                tracing::warn!(
+                    stream,
+                    group,
+                    ids = ?dropped,
+                    "retry with copy: entries no longer in the stream (trimmed while pending): acked away"
+                );
             }
-            Ok(retried)
+            Ok(codec::settled_count(&reply))
         })
     }
 
@@ -1075,20 +1315,13 @@ impl Broker for RedisBroker {
         ids: &'a [EntryId],
         reason: &'a str,
     ) -> BrokerFuture<'a, u64> {
+        if let Err(e) = check_names(stream, Some(group), None) {
+            return ready(Err(e));
+        }
         if ids.is_empty() {
             return ready(Ok(0));
         }
-        Box::pin(async move {
-            let keys = GroupKeys::new(stream, group);
-            self.count_ids(
-                &self.inner.scripts.dead_letter,
-                &[stream, &keys.due, &keys.owed, &keys.dead, &keys.dead_index],
-                &[group, reason],
-                ids,
-                self.scope(stream, Some(group)),
-            )
-            .await
-        })
+        Box::pin(self.dead_letter_impl(stream, group, ids, reason, None))
     }
 
     fn redrive<'a>(
@@ -1097,26 +1330,47 @@ impl Broker for RedisBroker {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
+        if let Err(e) = check_names(stream, Some(group), None) {
+            return ready(Err(e));
+        }
         if ids.is_empty() {
             return ready(Ok(0));
         }
         Box::pin(async move {
             let keys = GroupKeys::new(stream, group);
-            self.count_ids(
-                &self.inner.scripts.redrive,
-                &[
-                    stream,
-                    &keys.due,
-                    &keys.owed,
-                    &keys.dead,
-                    &keys.dead_index,
-                    &keys.wake,
-                ],
-                &[group],
-                ids,
-                self.scope(stream, Some(group)),
-            )
-            .await
+            let reply = self
+                .settle(
+                    &self.inner.scripts.redrive,
+                    &[
+                        stream,
+                        &keys.due,
+                        &keys.owed,
+                        &keys.dead,
+                        &keys.dead_index,
+                        &keys.wake,
+                    ],
+                    &[group],
+                    ids,
+                    self.scope(stream, Some(group)),
+                )
+                .await?;
+            let parts = codec::array(&reply);
+            if parts.first().and_then(codec::bytes) == Some(b"lost".as_slice()) {
+                let lost: Vec<&str> = parts
+                    .get(1)
+                    .map(codec::array)
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter_map(codec::text)
+                    .collect();
+                return Err(BrokerError::InvalidArgument(format!(
+                    "cannot redrive dead letters {} of group {group:?} on stream {stream:?}: their entries were trimmed \
+                     from the stream before they were dead-lettered, so no copy of their fields was kept; \
+                     nothing was redriven (discard them instead)",
+                    lost.join(", ")
+                )));
+            }
+            Ok(codec::settled_count(&reply))
         })
     }
 
@@ -1126,19 +1380,30 @@ impl Broker for RedisBroker {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
+        if let Err(e) = check_names(stream, Some(group), None) {
+            return ready(Err(e));
+        }
         if ids.is_empty() {
             return ready(Ok(0));
         }
         Box::pin(async move {
             let keys = GroupKeys::new(stream, group);
-            self.count_ids(
-                &self.inner.scripts.discard,
-                &[stream, &keys.dead, &keys.dead_index],
-                &[group],
-                ids,
-                self.scope(stream, Some(group)),
-            )
-            .await
+            let scope = self.scope(stream, Some(group));
+            let mut invocation = self.inner.scripts.discard.script.prepare_invoke();
+            invocation
+                .key(stream)
+                .key(&keys.dead)
+                .key(&keys.dead_index)
+                .arg(group);
+            for id in ids {
+                invocation.arg(id.to_string());
+            }
+            let mut conn = self.conn().await?;
+            let reply: Value = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| scope.error(&e))?;
+            Ok(codec::settled_count(&reply))
         })
     }
 
@@ -1152,6 +1417,7 @@ impl Broker for RedisBroker {
         group: &'a str,
     ) -> BrokerFuture<'a, Vec<ConsumerInfo>> {
         Box::pin(async move {
+            check_names(stream, Some(group), None)?;
             let scope = self.scope(stream, Some(group));
             let reply: Value = self
                 .query(
@@ -1172,6 +1438,7 @@ impl Broker for RedisBroker {
         consumer: Option<&'a str>,
     ) -> BrokerFuture<'a, Vec<PendingEntry>> {
         Box::pin(async move {
+            check_names(stream, Some(group), consumer)?;
             let scope = self.scope(stream, Some(group));
             if count == 0 {
                 return Ok(Vec::new());
@@ -1182,6 +1449,7 @@ impl Broker for RedisBroker {
                 .inner
                 .scripts
                 .pending
+                .script
                 .key(stream)
                 .key(&keys.due)
                 .key(&keys.owed)
@@ -1204,6 +1472,7 @@ impl Broker for RedisBroker {
         count: usize,
     ) -> BrokerFuture<'a, Vec<DeadLetter>> {
         Box::pin(async move {
+            check_names(stream, Some(group), None)?;
             let scope = self.scope(stream, Some(group));
             if count == 0 {
                 return Ok(Vec::new());
@@ -1214,6 +1483,7 @@ impl Broker for RedisBroker {
                 .inner
                 .scripts
                 .dead_letters
+                .script
                 .key(stream)
                 .key(&keys.dead)
                 .key(&keys.dead_index)
@@ -1235,6 +1505,7 @@ impl Broker for RedisBroker {
         count: usize,
     ) -> BrokerFuture<'a, Vec<Entry>> {
         Box::pin(async move {
+            check_names(stream, None, None)?;
             if from > to || count == 0 {
                 return Ok(Vec::new());
             }
@@ -1260,6 +1531,7 @@ impl Broker for RedisBroker {
 
     fn trim<'a>(&'a self, stream: &'a str, trim: Trim) -> BrokerFuture<'a, u64> {
         Box::pin(async move {
+            check_names(stream, None, None)?;
             let scope = self.scope(stream, None);
             let mut cmd = redis::cmd("XTRIM");
             cmd.arg(stream);
@@ -1274,6 +1546,8 @@ impl Broker for RedisBroker {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     #[test]
@@ -1310,6 +1584,107 @@ mod tests {
                 "payments",
                 ">"
             ]
+        );
+    }
+
+    /// A reply as the server sent it (RESP bytes), read the way the client
+    /// reads every reply.
+    fn recorded(resp: &[u8]) -> Result<Value, RedisError> {
+        redis::parse_redis_value(resp).and_then(Value::extract_error)
+    }
+
+    #[test]
+    fn claim_probe_replies_are_classified() {
+        // Redis 7.0.15 (recorded): XREADGROUP GROUP g c COUNT 1 CLAIM 1 STREAMS k >
+        assert_eq!(
+            classify_claim_probe(recorded(b"-ERR syntax error\r\n")).ok(),
+            Some(ClaimSupport::Missing("ERR syntax error".to_owned()))
+        );
+        // Another wording a server without the option could use.
+        assert!(matches!(
+            classify_claim_probe(recorded(b"-ERR Unrecognized XREADGROUP option 'CLAIM'\r\n")),
+            Ok(ClaimSupport::Missing(_))
+        ));
+        // Redis 8.4 on the fresh probe stream: nothing to read (a null in
+        // RESP2 and in RESP3), or, were there an entry, the entry with its
+        // idle time and delivery count.
+        for reply in [
+            b"*-1\r\n".as_slice(),
+            b"_\r\n",
+            b"*1\r\n*2\r\n$1\r\nk\r\n*1\r\n*4\r\n$3\r\n5-0\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n:0\r\n:0\r\n",
+        ] {
+            assert_eq!(
+                classify_claim_probe(recorded(reply)).ok(),
+                Some(ClaimSupport::Supported),
+                "{}",
+                String::from_utf8_lossy(reply)
+            );
+        }
+        // Errors that say nothing about CLAIM are errors.
+        assert!(classify_claim_probe(recorded(b"-NOPERM no permissions\r\n")).is_err());
+        assert!(classify_claim_probe(recorded(b"-LOADING loading\r\n")).is_err());
+        let lost = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(classify_claim_probe(Err(lost)).is_err());
+    }
+
+    #[test]
+    fn a_server_without_claim_is_refused_whatever_version_it_reports() {
+        let missing = ClaimSupport::Missing("ERR syntax error".to_owned());
+        // 255.255.255: what a development build reports.
+        for version in [Version(255, 255, 255), Version(8, 4, 0), Version(7, 0, 15)] {
+            let err = claim_gate("redis://h:1", version, &missing).unwrap_err();
+            let BrokerError::Unsupported { detail, .. } = &err else {
+                panic!("{err:?}")
+            };
+            for needed in [
+                version.to_string().as_str(),
+                "8.4",
+                "ERR syntax error",
+                "redis://h:1",
+                "RedisStream::new",
+                "RedisStream::reclaim",
+                "same group",
+            ] {
+                assert!(detail.contains(needed), "{needed:?} in {detail}");
+            }
+        }
+        assert!(claim_gate("redis://h:1", Version(8, 4, 0), &ClaimSupport::Supported).is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_claim_probe_runs_on_a_scratch_key_and_is_refused_by_a_server_without_claim() {
+        let url = std::env::var("RUSTSTREAM_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+        let broker = RedisBroker::standalone(url.as_str());
+        let version = broker.server_version().await.unwrap();
+        let key = probe_key();
+        let support = broker.probe_claim(&key).await.unwrap();
+        let client = Client::open(url.as_str()).unwrap();
+        let mut cli = client.get_multiplexed_async_connection().await.unwrap();
+        let left: i64 = redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut cli)
+            .await
+            .unwrap();
+        assert_eq!(left, 0, "the probe cleans up after itself");
+        if version >= CLAIM_VERSION {
+            // Only a server that has CLAIM passes; this one says which.
+            return;
+        }
+        let ClaimSupport::Missing(answer) = &support else {
+            panic!("Redis {version} accepted XREADGROUP ... CLAIM?")
+        };
+        assert!(answer.contains("syntax"), "{answer}");
+        let err = broker
+            .check(ReadMode::Claiming {
+                min_idle: Duration::from_secs(1),
+            })
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(&version.to_string()) && text.contains("RedisStream::reclaim"),
+            "{text}"
         );
     }
 

@@ -20,8 +20,11 @@ pub(crate) const RESERVED_PREFIX: &str = "rs:";
 ///
 /// Every one is `rs:{<stream>}:<kind>:<group>`: the stream's name in braces
 /// is a Redis Cluster hash tag, so a group's side keys live in the same slot
-/// as the stream (when the stream's name has no braces of its own) and one
-/// script can touch them all.
+/// as the stream and one script can touch them all. Stream and group names
+/// never contain braces (the broker checks every name it is given), so the
+/// first `}` ends the stream's name, the kind runs to the next `:` and the
+/// group is the rest: no two (stream, kind, group) share a key, and no side
+/// key is a stream's name (those have no braces).
 #[derive(Clone, Debug)]
 pub(crate) struct GroupKeys {
     /// Sorted set: owed entry id -> due time (server milliseconds).
@@ -279,6 +282,39 @@ pub(crate) fn entries(value: &Value) -> Result<Vec<Entry>, BadReply> {
     array(value).iter().map(entry).collect()
 }
 
+/// An entry a read script set aside rather than fail half-way (see
+/// `lua/read.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Aside {
+    pub(crate) id: EntryId,
+    /// Its delivery count, as the script saw it.
+    pub(crate) times: u32,
+    /// The reason to dead-letter it with ("" when it is not at its bound).
+    pub(crate) reason: String,
+    /// The server's error, or "" when its dead letter was only too big for
+    /// a script: the broker then dead-letters it itself.
+    pub(crate) error: String,
+}
+
+fn asides(value: &Value) -> Result<Vec<Aside>, BadReply> {
+    array(value)
+        .iter()
+        .map(|row| {
+            let parts = array(row);
+            let [id_value, times, reason, error] = parts else {
+                return Err(bad("set-aside entry", row));
+            };
+            let text_of = |v: &Value| bytes(v).map(lossy).unwrap_or_default();
+            Ok(Aside {
+                id: id(id_value).ok_or_else(|| bad("set-aside id", row))?,
+                times: u32::try_from(int(times).unwrap_or(0).max(0)).unwrap_or(u32::MAX),
+                reason: text_of(reason),
+                error: text_of(error),
+            })
+        })
+        .collect()
+}
+
 /// What the read script returned.
 #[derive(Debug, Default)]
 pub(crate) struct ScriptRead {
@@ -295,13 +331,15 @@ pub(crate) struct ScriptRead {
     pub(crate) wake_last: Option<String>,
     /// The XAUTOCLAIM cursor after a reclaim read.
     pub(crate) cursor: Option<String>,
+    /// Entries the script set aside.
+    pub(crate) aside: Vec<Aside>,
 }
 
-/// Parses the reply of the read script:
-/// `{ deliveries, dead ids, dropped ids, { now, next due, stream last, wake last, cursor } }`.
+/// Parses the reply of the read script: `{ deliveries, dead ids, dropped
+/// ids, { now, next due, stream last, wake last, cursor }, set aside }`.
 pub(crate) fn script_read(value: &Value) -> Result<ScriptRead, BadReply> {
     let parts = array(value);
-    let [deliveries, dead, dropped, meta] = parts else {
+    let [deliveries, dead, dropped, meta, aside] = parts else {
         return Err(bad("read script reply", value));
     };
     let mut out = ScriptRead::default();
@@ -337,7 +375,73 @@ pub(crate) fn script_read(value: &Value) -> Result<ScriptRead, BadReply> {
     out.stream_last = nonempty(field(2));
     out.wake_last = nonempty(field(3));
     out.cursor = nonempty(field(4));
+    out.aside = asides(aside)?;
     Ok(out)
+}
+
+/// Parses the reply of the post script: `{ handed back, dead-lettered ids,
+/// set aside }`.
+pub(crate) fn post_reply(value: &Value) -> Result<(Vec<EntryId>, Vec<Aside>), BadReply> {
+    let parts = array(value);
+    let [_, buried, aside] = parts else {
+        return Err(bad("post script reply", value));
+    };
+    Ok((ids(buried)?, asides(aside)?))
+}
+
+/// Appends a settle script could not make itself (see `plan_appends` in
+/// `lua/common.lua`): the key to append to, and per entry the id it is for
+/// and the fields to append.
+pub(crate) struct BigPlan {
+    pub(crate) target: String,
+    pub(crate) items: Vec<(String, Vec<Value>)>,
+}
+
+/// A settle script's reply: its result, or the appends it needs made first.
+pub(crate) enum Settled {
+    Done(Value),
+    Big(BigPlan),
+}
+
+/// Reads a settle script's reply: `{ 'big', target, { { id, fields }, ...
+/// } }` is a plan, anything else its result.
+pub(crate) fn settled(value: Value) -> Result<Settled, BadReply> {
+    let is_big = array(&value).first().and_then(bytes) == Some(b"big".as_slice());
+    if !is_big {
+        return Ok(Settled::Done(value));
+    }
+    let malformed = bad("settle script plan", &value);
+    let Value::Array(parts) = value else {
+        return Err(malformed);
+    };
+    let mut parts = parts.into_iter().skip(1);
+    let (Some(target), Some(Value::Array(rows))) = (parts.next(), parts.next()) else {
+        return Err(malformed);
+    };
+    let Some(target) = text(&target).map(str::to_owned) else {
+        return Err(malformed);
+    };
+    let mut items = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Value::Array(pair) = row else {
+            return Err(malformed);
+        };
+        let mut pair = pair.into_iter();
+        let (Some(id), Some(Value::Array(fields))) = (pair.next(), pair.next()) else {
+            return Err(malformed);
+        };
+        let Some(id) = text(&id).map(str::to_owned) else {
+            return Err(malformed);
+        };
+        items.push((id, fields));
+    }
+    Ok(Settled::Big(BigPlan { target, items }))
+}
+
+/// The count a settle script replied with: `{ n, ... }`.
+pub(crate) fn settled_count(value: &Value) -> u64 {
+    let n = int(value).or_else(|| array(value).first().and_then(int));
+    u64::try_from(n.unwrap_or(0)).unwrap_or(0)
 }
 
 fn ids(value: &Value) -> Result<Vec<EntryId>, BadReply> {
@@ -372,8 +476,10 @@ pub(crate) fn pending(value: &Value) -> Result<Vec<PendingEntry>, BadReply> {
 }
 
 /// Parses the reply of the dead-letters script: `{ { id, fields }, ... }`,
-/// the fields being those of the dead-letter entry (`rs:reason`,
-/// `rs:times_delivered`, `rs:dead_at`, then the entry's own fields).
+/// the fields being those of the dead-letter entry (`rs:id`, `rs:reason`,
+/// `rs:times_delivered`, `rs:dead_at`, `rs:orig`, then the entry's own
+/// fields). A dead retry copy gets the header
+/// [`ORIGINAL_ID_HEADER`](crate::ORIGINAL_ID_HEADER) naming its original.
 pub(crate) fn dead_letters(value: &Value) -> Result<Vec<DeadLetter>, BadReply> {
     array(value)
         .iter()
@@ -389,10 +495,17 @@ pub(crate) fn dead_letters(value: &Value) -> Result<Vec<DeadLetter>, BadReply> {
                     .find(|p| bytes(&p[0]) == Some(name.as_bytes()))
                     .map(|p| &p[1])
             };
+            let dead_id = id(id_value).ok_or_else(|| bad("dead letter id", row))?;
+            let mut message = decode_fields(fields);
+            if let Some(orig) = meta("rs:orig").and_then(id).filter(|o| *o != dead_id) {
+                message
+                    .headers
+                    .insert(crate::ORIGINAL_ID_HEADER, orig.to_string());
+            }
             Ok(DeadLetter {
                 entry: Entry {
-                    id: id(id_value).ok_or_else(|| bad("dead letter id", row))?,
-                    message: Arc::new(decode_fields(fields)),
+                    id: dead_id,
+                    message: Arc::new(message),
                 },
                 reason: meta("rs:reason")
                     .and_then(bytes)
@@ -600,6 +713,12 @@ mod tests {
                 bulk(""),
                 bulk("0-0"),
             ]),
+            Value::Array(vec![Value::Array(vec![
+                bulk("3-0"),
+                Value::Int(4),
+                bulk("delivered 4 times"),
+                bulk(""),
+            ])]),
         ]);
         let read = script_read(&reply).unwrap();
         assert_eq!(read.deliveries[0].id(), EntryId::new(5, 1));
@@ -609,6 +728,15 @@ mod tests {
         assert_eq!((read.now_ms, read.next_due_ms), (1_000, None));
         assert_eq!(read.stream_last, None);
         assert_eq!(read.cursor.as_deref(), Some("0-0"));
+        assert_eq!(
+            read.aside,
+            [Aside {
+                id: EntryId::new(3, 0),
+                times: 4,
+                reason: "delivered 4 times".to_owned(),
+                error: String::new(),
+            }]
+        );
         assert!(script_read(&Value::Nil).is_err());
     }
 }

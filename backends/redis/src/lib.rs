@@ -47,7 +47,7 @@
 //! |---|---|
 //! | `payload` | the payload bytes (ruststream writes JSON here) |
 //! | `h:<name>` | header `<name>`, in the order the headers were set |
-//! | `rs:group`, `rs:count` | on a retry copy only, first: the group it is for and the deliveries of its original |
+//! | `rs:group`, `rs:count`, `rs:orig` | on a retry copy only, first: the group it is for, the deliveries of its original, and the id of the entry it was first copied from (a copy of a copy keeps the first original's) |
 //!
 //! `XADD payments * payload '{"id":1,"account":"a","amount_cents":5}'`
 //! makes an entry a ruststream subscriber consumes as is (no headers). A
@@ -61,14 +61,39 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `rs:{S}:due:G` | sorted set | owed entry ids, scored by due time (server ms) |
+//! | `rs:{S}:due:G` | sorted set | owed entries as zero-padded ids (`<20-digit ms>-<20-digit seq>`), scored by due time (server ms) |
 //! | `rs:{S}:owed:G` | hash | owed entry id -> `"<times delivered> <owed since ms>"` |
-//! | `rs:{S}:dead:G` | stream | one entry per dead letter: `rs:id`, `rs:reason`, `rs:times_delivered`, `rs:dead_at`, then the entry's own fields |
+//! | `rs:{S}:dead:G` | stream | one entry per dead letter: `rs:id` (the id the group held), `rs:reason`, `rs:times_delivered`, `rs:dead_at`, `rs:orig` (the original's id; differs from `rs:id` for a retry copy), then the entry's own fields (or `rs:lost 1` when the stream no longer held it) |
 //! | `rs:{S}:dead-index:G` | sorted set | `<zero-padded id>:<dead-letter entry id>`, for lookups and listing in id order |
 //! | `rs:{S}:wake:G` | stream | one entry, appended to when entries become owed, to wake blocked readers |
 //!
 //! `XRANGE rs:{payments}:dead:ledger - +` lists a group's dead letters
-//! with their reasons and payloads.
+//! with their reasons and payloads; [`Broker::dead_letters`](ruststream_core::Broker::dead_letters)
+//! shows a dead retry copy's original id as the header [`ORIGINAL_ID_HEADER`].
+//!
+//! The due set's members are padded so that entries due at the same time
+//! (a hand-back at shutdown, a redrive of many entries) come back in id
+//! order: a sorted set orders equal scores by member text, and `5-10` sorts
+//! before `5-2` as text. Members written as plain ids by earlier versions
+//! are still read (and a member left without its owed record owes nothing:
+//! a read removes it). A worker of an earlier version cannot read padded
+//! members, so upgrade every worker of a group together.
+//!
+//! ## Names
+//!
+//! Every call checks the stream, group and consumer names it takes before
+//! it sends anything, with the rules every broker applies
+//! ([`ruststream_core::check_name`]): not empty, at most
+//! [`MAX_NAME_LEN`](ruststream_core::MAX_NAME_LEN) bytes, no control
+//! characters, and no `{` or `}` in stream and group names. A bad name is a
+//! [`BrokerError::InvalidArgument`](ruststream_core::BrokerError::InvalidArgument)
+//! naming the name and the rule. Those rules are enough to keep the keys
+//! apart, so the Redis broker adds none: the first `}` of a side key ends
+//! the stream's name, the kind (`due`, `owed`, `dead`, `dead-index`,
+//! `wake`: no `:` in any) runs to the next `:`, and the group's name is the
+//! rest, so no two (stream, kind, group) share a key (a group `x:idx` has
+//! `rs:{S}:dead:x:idx`, never `rs:{S}:dead-index:x`); and no stream is named
+//! like a side key, which has braces.
 //!
 //! # How it maps onto Redis
 //!
@@ -81,12 +106,18 @@
 //! | read `Reclaim` | `XAUTOCLAIM` from a cursor kept per consumer |
 //! | read `Claiming` | `XREADGROUP ... CLAIM min_idle ... >` (Redis 8.4 and later) |
 //! | read `OwnPending` | `XREADGROUP ... <id>` |
-//! | ack | `XACK` of the whole batch |
+//! | ack | `XACK` of the whole batch, in a script that also clears ids `XACK` did not find from the due set (owed entries are held by nobody) |
 //! | retry with copy | `XADD` of the copy and `XACK` of the original, in one script |
 //! | retry after a delay, nack | `XACK` and an entry in the due set, in one script |
 //! | dead letter, redrive, discard | scripts over the dead-letter stream and index |
 //! | group info | `XINFO GROUPS` (lag, pending, consumers, cursor) |
 //! | consumers, pending | `XINFO CONSUMERS`, `XPENDING` plus the due set |
+//!
+//! An id given to ensure group or start at must not be past the last id the
+//! stream ever had (`XINFO STREAM`; `0-0` for a missing stream): the group
+//! would pass over everything appended until the clock reached it, so the
+//! call is refused before the group is made or moved
+//! ([`StreamStart::check_within`](ruststream_core::StreamStart::check_within)).
 //!
 //! Reads. A `New` read, the hot path, is one round trip of plain commands:
 //! `TIME`, the due set's first score, the wake stream's last id, and
@@ -117,6 +148,43 @@
 //! (On the `New` path that takes a second round trip: a worker killed
 //! between the two leaves that copy counting from 1 on its next claim.)
 //!
+//! ## Settling is all or nothing
+//!
+//! Every settle call (ack, retry with copy, retry after a delay, dead
+//! letter, redrive, discard) is one script call over all its ids, and every
+//! script reads and checks first (the group exists, each side key is
+//! missing or of its type, the ids are pending, owed or dead-lettered) and
+//! writes last, with writes that cannot fail. A script that fails is not
+//! rolled back by Redis, so this order is what makes the call all or
+//! nothing: when it returns an error, nothing was applied and the entries
+//! are as they were. (A call whose reply is lost may have been applied;
+//! made again, it ignores entries that are no longer pending.) This is the
+//! Redis side of the promise in `docs/guarantees.md` about multi-step
+//! changes that fail part-way.
+//!
+//! No entry `XADD` accepts can break a script. Lua passes at most about
+//! 8000 values to one command, so a script cannot append a copy or a dead
+//! letter of an entry with thousands of fields. Such a script changes
+//! nothing and returns the appends it planned instead; the broker then
+//! sends, in one `MULTI`/`EXEC`, an `XADD` of each followed by the same
+//! script, which finds them at the end of their stream, settles the entries
+//! with them, and deletes any it no longer needs (an entry settled by
+//! another worker in between). Ids are never unpacked into one command
+//! more than a thousand at a time.
+//!
+//! Reads never fail half-way either. An entry at its attempt bound whose
+//! dead letter is too big for the read script is left where it is and
+//! dead-lettered by the broker right after the read; an owed entry that
+//! cannot be handed out or dead-lettered for any other reason is set aside
+//! (owed again ten seconds later) with an error logged naming the stream,
+//! group, id and the server's error. Either way the entries behind it are
+//! read on: one bad entry never wedges a group.
+//!
+//! A dead letter whose entry was trimmed from the stream before it was
+//! dead-lettered has no copy of its fields (`rs:lost`). Redriving it is
+//! refused with [`BrokerError::InvalidArgument`](ruststream_core::BrokerError::InvalidArgument)
+//! naming it, and the dead letter stays (discard it instead).
+//!
 //! # Where Redis differs from the local brokers
 //!
 //! The conformance suite in `ruststream-testkit` runs against a real server
@@ -132,11 +200,18 @@
 //!   are pending, owed or unread retry copies; a claim then finds them gone,
 //!   acks them away and logs their ids. Dead letters keep a copy of their
 //!   fields, so a redrive after trimming appends the entry again (as a retry
-//!   copy for the group, delivered behind newer entries).
-//! - **`Claiming` needs Redis 8.4.** On an older server
-//!   [`Broker::check_mode`](ruststream_core::Broker::check_mode) refuses it, naming the server's version, so an
+//!   copy for the group, delivered behind newer entries); only an entry
+//!   already trimmed when it was dead-lettered cannot be redriven.
+//! - **`Claiming` needs Redis 8.4.** [`Broker::check_mode`](ruststream_core::Broker::check_mode)
+//!   probes the command itself: it runs `XREADGROUP ... CLAIM` on a scratch
+//!   stream (made and deleted in the same round trip) and refuses a server
+//!   that answers with a syntax error, naming the server's version, so an
 //!   app with a `claiming` subscription does not start; use `new` plus
-//!   `reclaim` on the same group there.
+//!   `reclaim` on the same group there. The version alone is not trusted:
+//!   a development build reports 255.255.255 whatever it has. No Redis 8.4
+//!   server is part of this crate's tests: the `CLAIM` path is tested on
+//!   recorded 8.4 replies (the probe's answers and the read's reply shape)
+//!   and by probing the test server, which must refuse it.
 //! - **Lag counts copies for other groups.** `XINFO GROUPS` counts every
 //!   entry past the cursor, including retry copies another group appended
 //!   (which this group will pass over); the engine leaves those out.
@@ -169,3 +244,10 @@ mod error;
 mod scripts;
 
 pub use broker::{RedisBroker, RedisConfig};
+
+/// The header a dead letter of a retry copy carries in
+/// [`Broker::dead_letters`](ruststream_core::Broker::dead_letters): the id
+/// of the entry the copy was first made from. The dead letter's own id is
+/// the copy's (the id the group held, which `redrive` and `discard` take).
+/// Dead letters of ordinary entries do not carry it.
+pub const ORIGINAL_ID_HEADER: &str = "ruststream-original-id";

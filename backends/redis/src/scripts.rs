@@ -2,26 +2,39 @@
 //!
 //! Each script is `lua/common.lua` followed by its own file. They run with
 //! `EVALSHA` (`redis::Script` falls back to `EVAL` after a `NOSCRIPT`, as
-//! after a server restart or `SCRIPT FLUSH`).
+//! after a server restart or `SCRIPT FLUSH`), except inside the `MULTI`
+//! that makes appends too big for a script, where they run with `EVAL`.
 
 use redis::Script;
 
 const COMMON: &str = include_str!("lua/common.lua");
 
-fn script(body: &str) -> Script {
-    Script::new(&format!("{COMMON}\n{body}"))
+/// A script, and its code for `EVAL` inside a `MULTI` (where `EVALSHA`
+/// could not fall back to the code after a `NOSCRIPT`).
+pub(crate) struct Lua {
+    pub(crate) script: Script,
+    pub(crate) code: String,
+}
+
+fn script(body: &str) -> Lua {
+    let code = format!("{COMMON}\n{body}");
+    Lua {
+        script: Script::new(&code),
+        code,
+    }
 }
 
 /// Every script the broker runs, hashed once.
 pub(crate) struct Scripts {
-    pub(crate) read: Script,
-    pub(crate) post: Script,
-    pub(crate) retry: Script,
-    pub(crate) dead_letter: Script,
-    pub(crate) redrive: Script,
-    pub(crate) discard: Script,
-    pub(crate) dead_letters: Script,
-    pub(crate) pending: Script,
+    pub(crate) read: Lua,
+    pub(crate) post: Lua,
+    pub(crate) ack: Lua,
+    pub(crate) retry: Lua,
+    pub(crate) dead_letter: Lua,
+    pub(crate) redrive: Lua,
+    pub(crate) discard: Lua,
+    pub(crate) dead_letters: Lua,
+    pub(crate) pending: Lua,
 }
 
 impl Scripts {
@@ -29,6 +42,7 @@ impl Scripts {
         Scripts {
             read: script(include_str!("lua/read.lua")),
             post: script(include_str!("lua/post.lua")),
+            ack: script(include_str!("lua/ack.lua")),
             retry: script(include_str!("lua/retry.lua")),
             dead_letter: script(include_str!("lua/dead_letter.lua")),
             redrive: script(include_str!("lua/redrive.lua")),
@@ -47,7 +61,7 @@ impl std::fmt::Debug for Scripts {
 
 #[cfg(test)]
 pub(crate) fn with_helpers(body: &str) -> Script {
-    script(body)
+    script(body).script
 }
 
 #[cfg(test)]
@@ -99,6 +113,80 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[tokio::test]
+    async fn an_append_made_for_an_entry_settled_meanwhile_is_deleted_again() {
+        // The broker's second pass of a retry with copy (see `plan_appends`)
+        // for an entry that another worker settled after the first pass: the
+        // copy appended in the same MULTI must not stay.
+        let url = std::env::var("RUSTSTREAM_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let s = format!("rs-test:{}-{nanos:x}:precopy", std::process::id());
+        let _: () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&s)
+            .arg("g")
+            .arg("$")
+            .arg("MKSTREAM")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        // Never read, so not pending: settled, as far as the group goes.
+        let id: String = redis::cmd("XADD")
+            .arg(&s)
+            .arg("*")
+            .arg("payload")
+            .arg("x")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let keys = crate::codec::GroupKeys::new(&s, "g");
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("XADD")
+            .arg(&s)
+            .arg("*")
+            .arg("rs:group")
+            .arg("g")
+            .arg("rs:count")
+            .arg(1)
+            .arg("rs:orig")
+            .arg(&id)
+            .arg("payload")
+            .arg("x")
+            .ignore();
+        pipe.cmd("EVAL")
+            .arg(&super::Scripts::new().retry.code)
+            .arg(4)
+            .arg(&s)
+            .arg(&keys.due)
+            .arg(&keys.owed)
+            .arg(&keys.wake)
+            .arg("g")
+            .arg("copy")
+            .arg(0)
+            .arg(1)
+            .arg(&id)
+            .arg(&id);
+        let (reply,): (Value,) = pipe.query_async(&mut conn).await.unwrap();
+        assert_eq!(
+            reply,
+            Value::Array(vec![Value::Int(0), Value::Array(vec![])]),
+            "nothing retried"
+        );
+        let len: i64 = redis::cmd("XLEN")
+            .arg(&s)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(len, 1, "the copy was deleted again");
     }
 
     #[tokio::test]

@@ -124,10 +124,20 @@ async fn retry_copies_and_dead_letters_are_readable_by_other_clients() {
     let Value::Array(entries) = range else {
         panic!()
     };
+    let original = ids[0].to_string();
     assert_eq!(
         fields_of(&entries[1]),
-        ["rs:group", "ledger", "rs:count", "1", "payload", "p"],
-        "a copy names its group and carries the count, first"
+        [
+            "rs:group",
+            "ledger",
+            "rs:count",
+            "1",
+            "rs:orig",
+            original.as_str(),
+            "payload",
+            "p"
+        ],
+        "a copy names its group, carries the count and its original's id, first"
     );
     // The copy's pending record counts across copies once read.
     let copy = broker

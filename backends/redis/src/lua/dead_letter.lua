@@ -1,29 +1,67 @@
--- Dead-letters pending (or owed) entries with a reason.
+-- Dead-letters pending (or owed) entries with a reason: each becomes an
+-- entry of the group's dead-letter stream (see `dead_fields`) and an index
+-- member, and leaves the pending list (or the owed set). A dead letter too
+-- big for a script is appended by the broker (see `plan_appends`).
+--
+-- All checks and reads come first; then every write, none of which can
+-- fail: the call is applied whole or not at all.
+--
 -- KEYS: 1 stream, 2 due, 3 owed, 4 dead, 5 dead index.
--- ARGV: 1 group, 2 reason, 3.. ids. Reply: how many were dead-lettered.
+-- ARGV: 1 group, 2 reason, 3 delivery count to record ('' for the count
+--       the group has: the read scripts pass the count they saw before a
+--       claim bumped it), 4 K, 5..4+K precopied ids, then the ids.
+-- Reply: { dead-lettered count } or the 'big' reply of `plan_appends`.
 local S, DUE, OWED, DEAD, DIX = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local G, REASON = ARGV[1], ARGV[2]
-check_group(S, G)
+local G, REASON, TIMES = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local pre, pre_all, first = precopied(DEAD, 4)
+local failure = preflight(S, G, { [DUE] = 'zset', [OWED] = 'hash', [DEAD] = 'stream', [DIX] = 'zset' })
+if failure then
+  drop_unused(DEAD, pre_all, {})
+  return redis.error_reply(failure)
+end
 local now = now_ms()
-local n = 0
-for i = 3, #ARGV do
+
+local plans, seen = {}, {}
+for i = first, #ARGV do
   local id = ARGV[i]
-  local times
-  local p = redis.call('XPENDING', S, G, id, id, 1)
-  if p[1] then
-    times = p[1][4]
-    redis.call('XACK', S, G, id)
-  else
-    times = owed_record(OWED, id)
-    if times then
-      redis.call('ZREM', DUE, id)
-      redis.call('HDEL', OWED, id)
+  if not seen[id] then
+    seen[id] = true
+    local plan = { id = id }
+    local p = redis.call('XPENDING', S, G, id, id, 1)
+    if p[1] then
+      plan.times, plan.held = p[1][4], true
+    else
+      plan.times = owed_record(OWED, id)
+    end
+    if plan.times then
+      local e = redis.call('XRANGE', S, id, id)[1]
+      plan.fields = dead_fields(id, e and e[2] or false, REASON, TIMES or plan.times, now)
+      plans[#plans + 1] = plan
     end
   end
-  if times then
-    local e = redis.call('XRANGE', S, id, id)
-    bury(DEAD, DIX, id, e[1] and e[1][2] or false, REASON, times, now)
+end
+local big = plan_appends(DEAD, plans, pre)
+if big then
+  return big
+end
+
+local n, used = 0, {}
+for _, plan in ipairs(plans) do
+  if not plan.skip then
+    local dead_id = plan.appended
+    if dead_id then
+      used[dead_id] = true
+    else
+      dead_id = redis.call('XADD', DEAD, '*', unpack(plan.fields))
+    end
+    redis.call('ZADD', DIX, 0, index_member(plan.id, dead_id))
+    if plan.held then
+      redis.call('XACK', S, G, plan.id)
+    else
+      forget_owed(DUE, OWED, plan.id)
+    end
     n = n + 1
   end
 end
-return n
+drop_unused(DEAD, pre_all, used)
+return { n }

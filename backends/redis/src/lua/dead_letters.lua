@@ -3,7 +3,7 @@
 -- Reply: { { id, fields of the dead-letter entry }, ... }.
 local S, DEAD, DIX = KEYS[1], KEYS[2], KEYS[3]
 local G, FROM, COUNT = ARGV[1], ARGV[2], tonumber(ARGV[3])
-check_group(S, G)
+check(S, G, {})
 local out = {}
 local members = redis.call('ZRANGEBYLEX', DIX, '[' .. pad(FROM), '+', 'LIMIT', 0, COUNT)
 for _, member in ipairs(members) do

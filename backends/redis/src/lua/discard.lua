@@ -1,16 +1,19 @@
 -- Drops dead letters for good.
 -- KEYS: 1 stream, 2 dead, 3 dead index. ARGV: 1 group, 2.. ids.
--- Reply: how many were dropped.
+-- Reply: { how many were dropped }.
 local S, DEAD, DIX = KEYS[1], KEYS[2], KEYS[3]
 local G = ARGV[1]
-check_group(S, G)
-local n = 0
+check(S, G, { [DEAD] = 'stream', [DIX] = 'zset' })
+local members, seen = {}, {}
 for i = 2, #ARGV do
-  local member = dead_member(DIX, ARGV[i])
+  local member = not seen[ARGV[i]] and dead_member(DIX, ARGV[i])
+  seen[ARGV[i]] = true
   if member then
-    redis.call('ZREM', DIX, member)
-    redis.call('XDEL', DEAD, member_dead_id(member))
-    n = n + 1
+    members[#members + 1] = member
   end
 end
-return n
+for _, member in ipairs(members) do
+  redis.call('ZREM', DIX, member)
+  redis.call('XDEL', DEAD, member_dead_id(member))
+end
+return { #members }

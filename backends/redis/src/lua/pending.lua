@@ -22,7 +22,7 @@ if CONSUMER == '' then
     local id = owed[i]
     if pad(id) >= from then
       local times, since = string.match(owed[i + 1], '^(%d+) (%d+)$')
-      local due = tonumber(redis.call('ZSCORE', DUE, id) or now)
+      local due = tonumber(redis.call('ZSCORE', DUE, pad(id)) or redis.call('ZSCORE', DUE, id) or now)
       local owed_in = math.max(0, due - now)
       rows[#rows + 1] = { pad(id), { id, '', now - tonumber(since), tonumber(times), owed_in } }
     end

@@ -12,10 +12,13 @@
 -- KEYS: 1 stream, 2 due, 3 owed, 4 dead, 5 dead index, 6 wake.
 -- ARGV: 1 group, 2 consumer, 3 max deliveries, then the sections, each
 --       a name, a length n, and n items (ids; for fix and dead, id then count).
--- Reply: how many entries were handed back.
+-- Reply: { how many entries were handed back, dead-lettered ids, set
+-- aside } where an entry set aside is { id, delivery count, reason, error }
+-- as in read.lua: a dead letter too big for a script (error '') stays
+-- pending for the broker to dead-letter.
 local S, DUE, OWED, DEAD, DIX, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local G, C, MAX = ARGV[1], ARGV[2], tonumber(ARGV[3])
-check_group(S, G)
+check(S, G, { [DUE] = 'zset', [OWED] = 'hash', [DEAD] = 'stream', [DIX] = 'zset', [WAKE] = 'stream' })
 local now = now_ms()
 local sections = {}
 local i = 4
@@ -31,18 +34,30 @@ end
 
 local ack = sections['ack'] or {}
 if #ack > 0 then
-  redis.call('XACK', S, G, unpack(ack))
+  call_chunked({ 'XACK', S, G }, ack)
 end
 local fix = sections['fix'] or {}
 for j = 1, #fix, 2 do
   redis.call('XCLAIM', S, G, C, 0, fix[j], 'RETRYCOUNT', tonumber(fix[j + 1]) + 1, 'JUSTID')
 end
+local buried, aside = {}, {}
 local dead = sections['dead'] or {}
 for j = 1, #dead, 2 do
   local id, times = dead[j], tonumber(dead[j + 1])
   local e = redis.call('XRANGE', S, id, id)
-  redis.call('XACK', S, G, id)
-  bury(DEAD, DIX, id, e[1] and e[1][2] or false, max_reason(times, MAX), times, now)
+  local reason = max_reason(times, MAX)
+  local letter = dead_fields(id, e[1] and e[1][2] or false, reason, times, now)
+  if not fits(letter) then
+    aside[#aside + 1] = { id, times, reason, '' }
+  else
+    local err = bury(DEAD, DIX, id, letter)
+    if err then
+      aside[#aside + 1] = { id, times, reason, err }
+    else
+      redis.call('XACK', S, G, id)
+      buried[#buried + 1] = id
+    end
+  end
 end
 local back = sections['back'] or {}
 local n = 0
@@ -50,12 +65,11 @@ for _, id in ipairs(back) do
   local p = redis.call('XPENDING', S, G, id, id, 1)
   if p[1] then
     redis.call('XACK', S, G, id)
-    redis.call('ZADD', DUE, now, id)
-    redis.call('HSET', OWED, id, math.max(0, p[1][4] - 1) .. ' ' .. now)
+    owe(DUE, OWED, id, now, math.max(0, p[1][4] - 1), now)
     n = n + 1
   end
 end
 if n > 0 then
   wake(WAKE, now)
 end
-return n
+return { n, buried, aside }

@@ -11,11 +11,20 @@
 --       7 position (own: read after this id; reclaim: XAUTOCLAIM cursor),
 --       8.. (claiming) the XREADGROUP ... CLAIM command to run
 --
--- Reply: { deliveries, dead-lettered ids, dropped ids, meta } where a
--- delivery is { id, fields, delivery count, idle ms } and meta is
--- { now, next due (-1: none), stream's last id, wake's last id, cursor }.
--- The last ids are only filled in when nothing was delivered (the caller
--- then blocks on them).
+-- Reply: { deliveries, dead-lettered ids, dropped ids, meta, set aside }
+-- where a delivery is { id, fields, delivery count, idle ms }, meta is
+-- { now, next due (-1: none), stream's last id, wake's last id, cursor },
+-- and an entry set aside is { id, delivery count, reason, error }. The last
+-- ids are only filled in when nothing was delivered (the caller then
+-- blocks on them).
+--
+-- Set aside: an entry at its attempt bound whose dead letter has more fields
+-- than a script can pass (error '') is left where it is for the broker to
+-- dead-letter (see dead_letter.lua); an owed entry that could not be handed
+-- out or dead-lettered for any other reason (error: the server's) is left
+-- owed, due again ASIDE_MS later. Either way it never blocks the entries
+-- behind it, and a failure here never follows a write it would undo: the
+-- script does not fail half-way.
 
 local S, DUE, OWED, DEAD, DIX, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local G, C, MODE = ARGV[1], ARGV[2], ARGV[3]
@@ -23,24 +32,48 @@ local COUNT = tonumber(ARGV[4])
 local MIN_IDLE = ARGV[5]
 local MAX = tonumber(ARGV[6])
 local POS = ARGV[7]
-local now = now_ms()
+-- How long an owed entry that could not be moved waits before it is
+-- tried again.
+local ASIDE_MS = 10000
 
-local out, dead, dropped, foreign = {}, {}, {}, {}
+local out, dead, dropped, foreign, aside = {}, {}, {}, {}, {}
 
--- NOGROUP before anything changes (a script is not rolled back on error).
--- The owed-only read needs no check: it changes nothing before its XCLAIM,
--- and the XREADGROUP pipelined behind it says NOGROUP.
+-- NOGROUP (and side keys of the wrong type) before anything changes: a
+-- script is not rolled back on error. The owed-only read checks only the
+-- keys: it changes nothing before its XCLAIM, and the XREADGROUP pipelined
+-- behind it says NOGROUP.
+local TYPES = { [DUE] = 'zset', [OWED] = 'hash', [DEAD] = 'stream', [DIX] = 'zset', [WAKE] = 'stream' }
 if MODE ~= 'owed' then
-  check_group(S, G)
+  check(S, G, TYPES)
+else
+  local failure = wrong_type(TYPES)
+  if failure then
+    error({ err = failure })
+  end
 end
+local now = now_ms()
 
 local function over(times)
   return MAX > 0 and times >= MAX
 end
 
+-- Dead-letters an entry that reached the bound: returns true once its dead
+-- letter is written (the caller then takes it out of the pending list or
+-- the owed set). Otherwise the entry is set aside and stays as it is.
 local function give_up(id, fields, times)
-  bury(DEAD, DIX, id, fields, max_reason(times, MAX), times, now)
+  local reason = max_reason(times, MAX)
+  local letter = dead_fields(id, fields, reason, times, now)
+  if not fits(letter) then
+    aside[#aside + 1] = { id, times, reason, '' }
+    return false
+  end
+  local err = bury(DEAD, DIX, id, letter)
+  if err then
+    aside[#aside + 1] = { id, times, reason, err }
+    return false
+  end
   dead[#dead + 1] = id
+  return true
 end
 
 -- An entry that was pending (claimed, re-read): hand it out, or drop it if
@@ -52,8 +85,9 @@ local function redeliver(id, fields, times, idle)
   elseif copy_group(fields) and copy_group(fields) ~= G then
     foreign[#foreign + 1] = id
   elseif over(times) then
-    redis.call('XACK', S, G, id)
-    give_up(id, fields, times)
+    if give_up(id, fields, times) then
+      redis.call('XACK', S, G, id)
+    end
   else
     out[#out + 1] = { id, fields, times, idle }
   end
@@ -72,8 +106,9 @@ local function deliver_new(id, fields)
   end
   local times = carried(fields)
   if over(times) then
-    redis.call('XACK', S, G, id)
-    give_up(id, fields, times)
+    if give_up(id, fields, times) then
+      redis.call('XACK', S, G, id)
+    end
     return
   end
   if times > 0 then
@@ -109,25 +144,54 @@ end
 -- 1. Owed entries: delayed retries now due, nacks, redrives. They left the
 --    pending list when they became owed (so no claim could take them
 --    early); XCLAIM ... FORCE puts each back under the reader, same id.
+--    Members of one due time come in id order (they are padded ids). An
+--    entry dead-lettered or set aside takes no room, so the loop fetches
+--    again until the room is filled.
+local function set_aside(member, id, times, err)
+  redis.call('ZADD', DUE, now + ASIDE_MS, member)
+  aside[#aside + 1] = { id, times, '', err }
+end
+
 if MODE ~= 'own' then
-  local due = redis.call('ZRANGEBYSCORE', DUE, '-inf', now, 'LIMIT', 0, COUNT)
-  for _, id in ipairs(due) do
-    local times, since = owed_record(OWED, id)
-    times = times or 0
-    since = since or now
-    if over(times) then
-      local e = redis.call('XRANGE', S, id, id)
-      give_up(id, e[1] and e[1][2] or false, times)
-    else
-      local got = redis.call('XCLAIM', S, G, C, 0, id, 'FORCE', 'RETRYCOUNT', times + 1)
-      if got[1] and got[1][2] then
-        out[#out + 1] = { id, got[1][2], times, now - since }
+  for _ = 1, 8 do
+    local room = COUNT - #out
+    if room <= 0 then
+      break
+    end
+    local due = redis.call('ZRANGEBYSCORE', DUE, '-inf', now, 'LIMIT', 0, room)
+    if #due == 0 then
+      break
+    end
+    for _, member in ipairs(due) do
+      local id = due_id(member)
+      local times, since = owed_record(OWED, id)
+      if not times then
+        -- A member without its record owes nothing (its entry was acked
+        -- by a broker that only cleared the record).
+        redis.call('ZREM', DUE, member)
+      elseif over(times) then
+        local e = redis.call('XRANGE', S, id, id)
+        if give_up(id, e[1] and e[1][2] or false, times) then
+          redis.call('ZREM', DUE, member)
+          redis.call('HDEL', OWED, id)
+        else
+          redis.call('ZADD', DUE, now + ASIDE_MS, member)
+        end
       else
-        dropped[#dropped + 1] = id
+        local got = redis.pcall('XCLAIM', S, G, C, 0, id, 'FORCE', 'RETRYCOUNT', times + 1)
+        if got.err then
+          set_aside(member, id, times, got.err)
+        else
+          if got[1] and got[1][2] then
+            out[#out + 1] = { id, got[1][2], times, now - since }
+          else
+            dropped[#dropped + 1] = id
+          end
+          redis.call('ZREM', DUE, member)
+          redis.call('HDEL', OWED, id)
+        end
       end
     end
-    redis.call('ZREM', DUE, id)
-    redis.call('HDEL', OWED, id)
   end
 end
 
@@ -220,7 +284,7 @@ elseif MODE == 'own' then
 end
 
 if #foreign > 0 then
-  redis.call('XACK', S, G, unpack(foreign))
+  call_chunked({ 'XACK', S, G }, foreign)
 end
 
 -- 3. What a blocking caller waits on when nothing was delivered: the wake
@@ -240,4 +304,4 @@ if #out == 0 then
   wake_last = w[1] and w[1][1] or '0-0'
 end
 
-return { out, dead, dropped, { now, next_due, stream_last, wake_last, cursor } }
+return { out, dead, dropped, { now, next_due, stream_last, wake_last, cursor }, aside }

@@ -1,39 +1,92 @@
 -- Makes dead letters owed again with their delivery counts reset. An entry
 -- the stream still holds is owed under its own id; one trimmed away since
 -- is appended again from the dead letter's copy of its fields, as a retry
--- copy for the group (read as new, behind later entries).
+-- copy for the group (read as new, behind later entries). A copy too big
+-- for a script is appended by the broker (see `plan_appends`).
+--
+-- A dead letter with no copy of its fields (its entry was trimmed before it
+-- was dead-lettered) whose entry is gone cannot be redriven: the call then
+-- changes nothing and replies { 'lost', ids }.
+--
+-- All checks and reads come first; then every write, none of which can
+-- fail: the call is applied whole or not at all.
+--
 -- KEYS: 1 stream, 2 due, 3 owed, 4 dead, 5 dead index, 6 wake.
--- ARGV: 1 group, 2.. ids. Reply: how many were redriven.
+-- ARGV: 1 group, 2 K, 3..2+K precopied ids, then the ids.
+-- Reply: { redriven count }, { 'lost', ids } or the 'big' reply of
+-- `plan_appends`.
 local S, DUE, OWED, DEAD, DIX, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local G = ARGV[1]
-check_group(S, G)
+local pre, pre_all, first = precopied(S, 2)
+local failure = preflight(S, G, {
+  [DUE] = 'zset', [OWED] = 'hash', [DEAD] = 'stream', [DIX] = 'zset', [WAKE] = 'stream',
+})
+if failure then
+  drop_unused(S, pre_all, {})
+  return redis.error_reply(failure)
+end
 local now = now_ms()
-local n = 0
-for i = 2, #ARGV do
-  local id = ARGV[i]
-  local member = dead_member(DIX, id)
-  if member then
-    local dead_id = member_dead_id(member)
-    local letter = redis.call('XRANGE', DEAD, dead_id, dead_id)
-    redis.call('ZREM', DIX, member)
-    redis.call('XDEL', DEAD, dead_id)
-    if redis.call('XRANGE', S, id, id)[1] then
-      redis.call('ZADD', DUE, now, id)
-      redis.call('HSET', OWED, id, '0 ' .. now)
-      n = n + 1
-    elseif letter[1] then
-      local args = { 'rs:group', G, 'rs:count', '0' }
-      for _, v in ipairs(user_fields(letter[1][2])) do
-        args[#args + 1] = v
-      end
-      if #args > 4 then
-        redis.call('XADD', S, '*', unpack(args))
-        n = n + 1
-      end
+
+local function is_lost(fields)
+  for i = 1, #fields, 2 do
+    if fields[i] == 'rs:lost' then
+      return true
     end
   end
+  return false
 end
+
+local plans, seen, lost = {}, {}, {}
+for i = first, #ARGV do
+  local id = ARGV[i]
+  local member = not seen[id] and dead_member(DIX, id)
+  seen[id] = true
+  if member then
+    local plan = { id = id, member = member, dead_id = member_dead_id(member) }
+    if not redis.call('XRANGE', S, id, id)[1] then
+      local letter = redis.call('XRANGE', DEAD, plan.dead_id, plan.dead_id)[1]
+      if not letter or is_lost(letter[2]) then
+        lost[#lost + 1] = id
+      else
+        local orig = id
+        for j = 1, #letter[2], 2 do
+          if letter[2][j] == 'rs:orig' then
+            orig = letter[2][j + 1]
+            break
+          end
+        end
+        plan.fields = copy_fields(G, 0, orig, letter[2])
+      end
+    end
+    plans[#plans + 1] = plan
+  end
+end
+if #lost > 0 then
+  drop_unused(S, pre_all, {})
+  return { 'lost', lost }
+end
+local big = plan_appends(S, plans, pre)
+if big then
+  return big
+end
+
+local n, used = 0, {}
+for _, plan in ipairs(plans) do
+  if not plan.skip then
+    if plan.appended then
+      used[plan.appended] = true
+    elseif plan.fields then
+      redis.call('XADD', S, '*', unpack(plan.fields))
+    else
+      owe(DUE, OWED, plan.id, now, 0, now)
+    end
+    redis.call('ZREM', DIX, plan.member)
+    redis.call('XDEL', DEAD, plan.dead_id)
+    n = n + 1
+  end
+end
+drop_unused(S, pre_all, used)
 if n > 0 then
   wake(WAKE, now)
 end
-return n
+return { n }

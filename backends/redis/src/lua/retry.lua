@@ -1,63 +1,95 @@
--- Hands pending entries back for another attempt.
+-- Hands pending (or owed) entries back for another attempt.
 --
 -- `copy`: appends a copy addressed to the group (fields `rs:group`,
--- `rs:count` = deliveries so far, then the entry's own fields) and acks the
--- original, in one step.
+-- `rs:count` = deliveries so far, `rs:orig` = the first original's id, then
+-- the entry's own fields) and acks the original, in one step. A copy too
+-- big for a script is appended by the broker (see `plan_appends`).
 -- `after`: takes the entry out of the pending list into the group's owed
 -- set, due `delay` ms from now (0: at once), remembering its delivery count;
 -- the next read hands it out again under the same id. Taking it out of the
 -- pending list is what keeps idle claims from taking it before it is due.
 --
+-- All checks and reads come first; then every write, none of which can
+-- fail: the call is applied whole or not at all.
+--
 -- KEYS: 1 stream, 2 due, 3 owed, 4 wake.
--- ARGV: 1 group, 2 how (copy | after), 3 delay ms, 4.. ids.
--- Reply: { retried count, ids dropped because the stream no longer holds them }.
+-- ARGV: 1 group, 2 how (copy | after), 3 delay ms, 4 K, 5..4+K precopied
+--       ids, then the ids to retry.
+-- Reply: { retried count, ids dropped because the stream no longer holds
+-- them } or the 'big' reply of `plan_appends`.
 local S, DUE, OWED, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local G, HOW = ARGV[1], ARGV[2]
 local DELAY = tonumber(ARGV[3])
-check_group(S, G)
+local pre, pre_all, first = precopied(S, 4)
+local failure = preflight(S, G, { [DUE] = 'zset', [OWED] = 'hash', [WAKE] = 'stream' })
+if failure then
+  drop_unused(S, pre_all, {})
+  return redis.error_reply(failure)
+end
 local now = now_ms()
-local n, dropped = 0, {}
 
--- The delivery count of a pending id, taking it out of the pending list
--- (or out of the owed set); nil if the group does not hold it.
-local function take(id)
-  local p = redis.call('XPENDING', S, G, id, id, 1)
-  if p[1] then
-    redis.call('XACK', S, G, id)
-    return p[1][4]
+-- Reads: who holds each id, its count, and (copy) its fields.
+local plans, seen = {}, {}
+for i = first, #ARGV do
+  local id = ARGV[i]
+  if not seen[id] then
+    seen[id] = true
+    local plan = { id = id }
+    local p = redis.call('XPENDING', S, G, id, id, 1)
+    if p[1] then
+      plan.times, plan.held = p[1][4], true
+    else
+      plan.times = owed_record(OWED, id)
+    end
+    if plan.times then
+      if HOW == 'copy' then
+        local e = redis.call('XRANGE', S, id, id)[1]
+        if e then
+          plan.fields = copy_fields(G, plan.times, original_of(id, e[2]), e[2])
+        else
+          plan.dropped = true
+        end
+      end
+      plans[#plans + 1] = plan
+    end
   end
-  local times = owed_record(OWED, id)
-  if times then
-    redis.call('ZREM', DUE, id)
-    redis.call('HDEL', OWED, id)
-    return times
-  end
-  return nil
+end
+local big = plan_appends(S, plans, pre)
+if big then
+  return big
 end
 
-for i = 4, #ARGV do
-  local id = ARGV[i]
-  local times = take(id)
-  if times then
+-- Writes: the copy first, then the original leaves the pending list.
+local n, dropped, used = 0, {}, {}
+for _, plan in ipairs(plans) do
+  if not plan.skip then
+    local id = plan.id
     if HOW == 'copy' then
-      local e = redis.call('XRANGE', S, id, id)
-      if e[1] then
-        local args = { 'rs:group', G, 'rs:count', tostring(times) }
-        for _, v in ipairs(user_fields(e[1][2])) do
-          args[#args + 1] = v
-        end
-        redis.call('XADD', S, '*', unpack(args))
-        n = n + 1
+      if plan.appended then
+        used[plan.appended] = true
+      elseif plan.fields then
+        redis.call('XADD', S, '*', unpack(plan.fields))
+      end
+      if plan.held then
+        redis.call('XACK', S, G, id)
       else
+        forget_owed(DUE, OWED, id)
+      end
+      if plan.dropped then
         dropped[#dropped + 1] = id
+      else
+        n = n + 1
       end
     else
-      redis.call('ZADD', DUE, now + DELAY, id)
-      redis.call('HSET', OWED, id, times .. ' ' .. now)
+      if plan.held then
+        redis.call('XACK', S, G, id)
+      end
+      owe(DUE, OWED, id, now + DELAY, plan.times, now)
       n = n + 1
     end
   end
 end
+drop_unused(S, pre_all, used)
 if HOW == 'after' and n > 0 then
   wake(WAKE, now)
 end
