@@ -12,10 +12,14 @@
 //! in `ruststream/tests/ui/fail` with the exact error it gets.
 //!
 //! The crate is laid out like `tracing-attributes`: `parse.rs` reads the
-//! macros' inputs into typed values, `expand.rs` writes the code, and
-//! `ctxt.rs` collects errors (as serde_derive's `Ctxt` does) so that one
-//! build reports every mistake, each spanned on the token at fault. On a
-//! mistake the item is still emitted as written, so the IDE keeps working.
+//! macros' inputs into typed values (options with `syn::custom_keyword!`),
+//! `expand.rs` writes the code, and `ctxt.rs` collects errors (as
+//! serde_derive's `Ctxt` does): each expansion has one, passed through
+//! every check, so that one build reports every mistake, each spanned on
+//! the token at fault. On a mistake the macros still write what the rest
+//! of the program uses (a subscriber's struct, `handler` and `Subscriber`
+//! impl, the app's `main`, a type's `Outgoing` impl), as thiserror does, so
+//! that the macro's errors are the only ones and the IDE keeps working.
 
 mod ctxt;
 mod expand;
@@ -68,14 +72,21 @@ use proc_macro::TokenStream;
 ///
 /// # The function
 ///
-/// `async`, not generic, no `self`. Parameters: the payload first, then
-/// optionally `ctx: &mut Context<'_>`.
+/// A free `async fn` (not a method), not generic, with one
+/// `#[subscriber]`. Parameters: the payload first, then optionally
+/// `ctx: &mut Context<'_>`. No parameter may be named like the function
+/// (its name becomes a unit struct, which the parameter would match).
 ///
 /// | payload | meaning |
 /// |---|---|
 /// | `&T` or `T` | decoded from JSON; `T: Deserialize`. A payload that cannot be decoded is dead-lettered with the decode error |
 /// | `&[u8]` | the raw bytes |
 /// | `Vec<u8>` | a copy of the raw bytes |
+///
+/// Payloads are decoded into owned values: a payload type cannot hold a
+/// reference (`Vec<&str>`: take `Vec<String>`) or borrow from the entry,
+/// the function takes no lifetime parameters, and a JSON array is a
+/// `Vec<T>`, not a `&[T]`.
 ///
 /// Return types: `()` (ack), `HandlerOutcome`, `Result<(), E>` with
 /// `E: Display` (`Ok` acks, `Err` retries and is logged); with `reply`, a
@@ -93,17 +104,26 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
+/// `reply` publishes every value the handler returns, so a `reply`
+/// handler does not return `()`, `Option<T>`, `Result<T, E>` or
+/// `HandlerOutcome`. To reply only for some entries, leave `reply` out,
+/// publish with `ctx.publisher().publish(&value).await` and return
+/// `HandlerOutcome` or `Result<(), E>`.
+///
 /// A payload type that is not `Deserialize`, or a return type that is not
 /// one of these, is a type error on that type.
 ///
 /// # What it writes
 ///
-/// The function becomes a unit struct of the same name (carrying the
-/// function's doc comments) that implements `ruststream::Subscriber`, so
-/// the app includes it by name: `b.include(post_payment)`. The function
-/// as written stays callable as `post_payment::handler(..)`, for unit
-/// tests. The subscriber is also registered in the binary's list of
-/// subscribers (`ruststream::registered_subscribers()`).
+/// The function becomes a unit struct of the same name that implements
+/// `ruststream::Subscriber`, so the app includes it by name:
+/// `b.include(post_payment)`. The struct carries the function's doc
+/// comments and a generated line saying what it reads (stream, group,
+/// mode, workers). The function as written, with its doc comments (so
+/// that lints such as `missing_errors_doc` read them), stays callable as
+/// `post_payment::handler(..)`, for unit tests. The subscriber is also
+/// registered in the binary's list of subscribers
+/// (`ruststream::registered_subscribers()`).
 ///
 /// Because the name is now a unit struct, a `let post_payment = ..` in the
 /// same scope is a pattern matching it, not a new variable: give locals
@@ -134,7 +154,12 @@ pub fn subscriber(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// `main` prints the error and exits with status 1.
 ///
 /// The function takes no parameters and is neither `async` nor generic,
-/// and the attribute takes no arguments.
+/// and the attribute takes no arguments. It goes at the crate root of a
+/// binary (`src/main.rs`), where `main` must be: in a module of a binary
+/// whose root has no `main`, it is an error. (In a module of a crate that
+/// has its own `main`, as in tests, the `main` it writes is unused.) For
+/// an app whose building can fail, write `main` yourself with
+/// `ruststream::run_main_with`.
 #[proc_macro_attribute]
 pub fn app(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::app(attr.into(), item.into()).into()

@@ -44,6 +44,11 @@ impl AppInfo {
 
 /// Something that can be run as a ruststream app: what `fn app() -> impl
 /// App` returns. [`RustStream`] is the one implementation.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an app",
+    label = "not an app: build one with `RustStream::new(AppInfo::new(..))`",
+    note = "for an app whose building can fail, write `main` yourself instead of `#[ruststream::app]`: `fn main() {{ ruststream::run_main_with(async {{ app() }}) }}` prints an `Err` and exits with status 1"
+)]
 pub trait App: Send + 'static {
     /// The app's brokers and subscribers.
     fn into_rust_stream(self) -> RustStream;

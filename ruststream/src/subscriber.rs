@@ -23,6 +23,11 @@ pub struct SubscriberInfo {
 /// A subscriber: a handler function and its subscription. `#[subscriber]`
 /// implements this for a unit struct named after the function; write it by
 /// hand only for something the attribute cannot express.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a subscriber: add `#[subscriber(..)]`",
+    label = "not a subscriber",
+    note = "`#[subscriber(RedisStream::new(\"stream\").group(\"group\"))]` on a free `async fn` makes its name a subscriber, which `b.include(..)` takes"
+)]
 pub trait Subscriber: Send + Sync + 'static {
     /// Where it was written.
     fn info(&self) -> SubscriberInfo;

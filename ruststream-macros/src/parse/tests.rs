@@ -1,17 +1,35 @@
 //! Unit tests of the parsing and checking in `parse.rs`.
 
+use super::args::*;
+use super::handler::*;
 use super::*;
 
-fn errors_of(args: TokenStream) -> Vec<String> {
-    match syn::parse2::<SubscriberArgs>(args) {
-        Ok(_) => Vec::new(),
+/// The arguments read from `tokens`, and every error, through one context
+/// as an expansion does.
+fn read(tokens: TokenStream) -> (Option<SubscriberArgs>, Vec<String>) {
+    let cx = Ctxt::new();
+    let args = subscriber_args(&cx, tokens);
+    let errors = match cx.check() {
+        Ok(()) => Vec::new(),
         Err(error) => error.into_iter().map(|e| e.to_string()).collect(),
-    }
+    };
+    (args, errors)
+}
+
+fn errors_of(tokens: TokenStream) -> Vec<String> {
+    read(tokens).1
+}
+
+/// Arguments that must read without errors.
+fn args_of(tokens: TokenStream) -> SubscriberArgs {
+    let (args, errors) = read(tokens.clone());
+    assert!(errors.is_empty(), "{tokens}: {errors:?}");
+    args.expect("arguments")
 }
 
 #[test]
 fn reads_every_option() {
-    let args: SubscriberArgs = syn::parse_quote!(
+    let args = args_of(quote::quote!(
         RedisStream::claiming("payments", MIN_IDLE)
             .group("ledger")
             .consumer("c1"),
@@ -19,7 +37,7 @@ fn reads_every_option() {
         reply,
         max_deliveries(5),
         prefetch(16),
-    );
+    ));
     let workers = args.workers.expect("workers");
     assert_eq!(workers.count.literal, Some(8));
     assert!(workers.by_key);
@@ -30,11 +48,11 @@ fn reads_every_option() {
 
 #[test]
 fn counts_can_be_expressions() {
-    let args: SubscriberArgs = syn::parse_quote!(
+    let args = args_of(quote::quote!(
         Stream::new("s").group("g"),
         workers(WORKERS),
         prefetch(WORKERS * 2)
-    );
+    ));
     assert_eq!(args.workers.expect("workers").count.literal, None);
     assert_eq!(args.prefetch.expect("prefetch").literal, None);
 }
@@ -120,6 +138,11 @@ fn descriptor_errors() {
             "{input}: {errors:?} lacks {expected:?}"
         );
     }
+    // The descriptor after the options is not read, nor reported again.
+    assert_eq!(
+        errors_of(quote::quote!(workers(4), RedisStream::new("s").group("g"))).len(),
+        1
+    );
 }
 
 #[test]
@@ -222,6 +245,37 @@ fn classifies_payloads() {
             |p| matches!(p, Payload::Owned(_)),
             false,
         ),
+        // Owned types with `'static` lifetimes decode into owned values.
+        (
+            quote::quote!(
+                async fn f(p: std::borrow::Cow<'static, str>) {}
+            ),
+            |p| matches!(p, Payload::Owned(_)),
+            false,
+        ),
+        (
+            quote::quote!(
+                async fn f(p: &'_ [u8; 4]) {}
+            ),
+            |p| matches!(p, Payload::Borrowed(_)),
+            false,
+        ),
+        // Elided lifetimes are not rejected: a type whose fields are
+        // `Cow<'a, str>` decodes into owned values for any `'a`.
+        (
+            quote::quote!(
+                async fn f(p: &Note<'_>) {}
+            ),
+            |p| matches!(p, Payload::Borrowed(_)),
+            false,
+        ),
+        (
+            quote::quote!(
+                async fn f(p: Cow<'_, str>) {}
+            ),
+            |p| matches!(p, Payload::Owned(_)),
+            false,
+        ),
     ];
     for (function, is_kind, context) in cases {
         let (handler, errors) = handler_errors(function.clone(), false);
@@ -258,7 +312,7 @@ fn signature_errors() {
                 async fn f(&self, p: &P) {}
             ),
             false,
-            "a subscriber is a free function",
+            "`#[subscriber]` goes on a free function, not a method: move `f` out of the `impl` block",
         ),
         (
             quote::quote!(
@@ -330,11 +384,133 @@ fn signature_errors() {
             false,
             "a subscriber cannot be `unsafe`",
         ),
+        (
+            quote::quote!(
+                async fn f(p: &[Payment]) {}
+            ),
+            false,
+            "a payload cannot be a slice: take `Vec<Payment>`",
+        ),
+        (
+            quote::quote!(
+                async fn f(p: &'static str) {}
+            ),
+            false,
+            "`&str` is not a payload type",
+        ),
+        (
+            quote::quote!(
+                async fn f(p: &'a [Payment]) {}
+            ),
+            false,
+            "a payload cannot be a slice: take `Vec<Payment>`",
+        ),
+        (
+            quote::quote!(
+                async fn f(p: [u64]) {}
+            ),
+            false,
+            "a payload cannot be a slice: take `Vec<u64>`",
+        ),
+        (
+            quote::quote!(
+                async fn f(p: &'a Payment) {}
+            ),
+            false,
+            "the payload cannot be borrowed for `'a`: payloads are decoded into owned values, lent to the handler for one call; write `&Payment`",
+        ),
+        (
+            quote::quote!(
+                async fn f<'a>(p: &'a Payment) {}
+            ),
+            false,
+            "a subscriber takes no lifetime parameters: payloads are decoded into owned values",
+        ),
+        (
+            quote::quote!(
+                async fn f<'a>(p: Payment<'a>, ctx: &mut Context<'a>) {}
+            ),
+            false,
+            "a subscriber takes no lifetime parameters",
+        ),
+        (
+            quote::quote!(
+                async fn f(p: Payment<'a>) {}
+            ),
+            false,
+            "the payload type cannot borrow for `'a`: payloads are decoded into owned values",
+        ),
+        (
+            quote::quote!(
+                async fn f(p: Vec<&str>) {}
+            ),
+            false,
+            "the payload cannot hold a reference (`&str`): payloads are decoded into owned values; use `String`",
+        ),
+        (
+            quote::quote!(
+                async fn f(p: (u64, &'static [u8])) {}
+            ),
+            false,
+            "the payload cannot hold a reference (`&'static [u8]`): payloads are decoded into owned values; use `Vec<u8>`",
+        ),
+        (
+            quote::quote!(
+                async fn payment(payment: &Payment) {}
+            ),
+            false,
+            "the parameter `payment` is named like its function",
+        ),
+        (
+            quote::quote!(
+                async fn pair((id, pair): (u64, u64)) {}
+            ),
+            false,
+            "the parameter `pair` is named like its function",
+        ),
+        (
+            quote::quote!(
+                async fn f(p: &P) -> () {}
+            ),
+            true,
+            "a `reply` subscriber returns the value to publish, not `()`",
+        ),
+        (
+            quote::quote!(
+                async fn f(p: &P) -> Option<Screened> {}
+            ),
+            true,
+            "`reply` publishes every value the handler returns, so it cannot return `Option<..>`: to reply only sometimes, drop `reply`",
+        ),
+        (
+            quote::quote!(
+                async fn f(p: &P) -> std::io::Result<Screened> {}
+            ),
+            true,
+            "so it cannot return `Result<..>`: to reply only on success, drop `reply`",
+        ),
+        (
+            quote::quote!(
+                async fn f(p: &P) -> HandlerOutcome {}
+            ),
+            true,
+            "`HandlerOutcome` only settles the entry: drop `reply`",
+        ),
+        (
+            quote::quote!(
+                #[ruststream::subscriber(RedisStream::new("s").group("g"))]
+                async fn f(p: &P) {}
+            ),
+            false,
+            "`#[subscriber]` is given twice: a function is one subscriber",
+        ),
     ];
     for (function, reply, expected) in cases {
         let (_, errors) = handler_errors(function.clone(), *reply);
+        // One mistake, one message.
+        assert_eq!(errors.len(), 1, "{function}: {errors:?}");
         assert!(
-            errors.iter().any(|e| e.contains(expected)),
+            errors[0].contains(expected),
             "{function}: {errors:?} lacks {expected:?}"
         );
     }
@@ -379,11 +555,61 @@ fn outgoing_names() {
 
 #[test]
 fn suggestions_only_for_close_names() {
-    assert_eq!(did_you_mean("worker", OPTIONS), Some("workers"));
+    let options = || OPTIONS.iter().map(|option| option.name);
+    assert_eq!(did_you_mean("worker", options()), Some("workers"));
     assert_eq!(
-        did_you_mean("max_delivery", OPTIONS),
+        did_you_mean("max_delivery", options()),
         Some("max_deliveries")
     );
-    assert_eq!(did_you_mean("timeout", OPTIONS), None);
+    assert_eq!(did_you_mean("timeout", options()), None);
     assert_eq!(edit_distance("kitten", "sitting"), 3);
+}
+
+/// The list of options and the parser's keywords are declared together;
+/// this checks that the parser has a branch for every option listed.
+#[test]
+fn every_listed_option_parses() {
+    for usage in OPTIONS.iter().flat_map(|option| option.usages) {
+        let option: TokenStream = usage.replace("(n", "(2").parse().expect("tokens");
+        let errors = errors_of(quote::quote!(RedisStream::new("s").group("g"), #option));
+        assert!(errors.is_empty(), "{usage}: {errors:?}");
+    }
+}
+
+#[test]
+fn messages_list_every_option_and_constructor() {
+    assert_eq!(
+        options_list(),
+        "`workers(n)`, `workers(n, by_key)`, `reply`, `max_deliveries(n)` or `prefetch(n)`"
+    );
+    assert_eq!(
+        constructors_list(),
+        "`RedisStream::new(..)`, `RedisStream::claiming(..)` or `RedisStream::reclaim(..)`"
+    );
+    assert_eq!(or_list(["a".to_owned()]), "a");
+}
+
+#[test]
+fn what_a_descriptor_reads() {
+    let args = args_of(quote::quote!(
+        RedisStream::claiming("payments", MIN_IDLE).group("ledger")
+    ));
+    let reads = args.descriptor.reads.expect("reads");
+    assert_eq!(reads.mode, Mode::Claiming);
+    assert_eq!(reads.stream.map(code).as_deref(), Some("\"payments\""));
+    assert_eq!(reads.min_idle.map(code).as_deref(), Some("MIN_IDLE"));
+    assert_eq!(reads.group.map(code).as_deref(), Some("\"ledger\""));
+}
+
+#[test]
+fn code_reads_like_code() {
+    assert_eq!(code(quote::quote!(Vec<u8>)), "Vec<u8>");
+    assert_eq!(code(quote::quote!(&'a str)), "&'a str");
+    assert_eq!(code(quote::quote!(Result<(), E>)), "Result<(), E>");
+    assert_eq!(
+        code(quote::quote!(Duration::from_secs(30))),
+        "Duration::from_secs(30)"
+    );
+    assert_eq!(code(quote::quote!(&mut [u8])), "&mut [u8]");
+    assert_eq!(code(quote::quote!(f(&a[1..]))), "f(&a[1..])");
 }
