@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use crate::health::{Health, Problem};
 use crate::observe::Observer;
 use crate::runtime::{self, Env, Metrics};
-use crate::{Publisher, Subscriber, SubscriberInfo, Subscription, SubscriptionStats};
+use crate::{Publisher, ReplyTarget, Subscriber, SubscriberInfo, Subscription, SubscriptionStats};
 
 /// The name and version of an app, for logs and consumer bookkeeping.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,37 +52,6 @@ impl AppInfo {
 pub trait App: Send + 'static {
     /// The app's brokers and subscribers.
     fn into_rust_stream(self) -> RustStream;
-}
-
-/// Where a `reply` subscriber's values go: `.out_reply(Publish)` publishes
-/// them to the reply type's own stream (its `#[outgoing(name)]`), which is
-/// also what happens when `out_reply` is not called.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Publish;
-
-impl Publish {
-    /// Publish replies to `stream` instead of the reply type's own stream.
-    pub fn to(stream: impl Into<String>) -> ReplyTarget {
-        ReplyTarget::Stream(stream.into())
-    }
-}
-
-/// Where replies go. See [`Publish`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum ReplyTarget {
-    /// The reply type's own stream.
-    #[default]
-    OwnStream,
-    /// A named stream.
-    Stream(String),
-    /// Nowhere: the reply is dropped and the entry acked.
-    Discard,
-}
-
-impl From<Publish> for ReplyTarget {
-    fn from(_: Publish) -> Self {
-        ReplyTarget::OwnStream
-    }
 }
 
 /// A subscriber as the app holds it: its type erased.

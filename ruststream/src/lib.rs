@@ -51,15 +51,15 @@ mod stream;
 mod subscriber;
 
 pub use app::{
-    App, AppInfo, BrokerScope, DEFAULT_SHUTDOWN_DEADLINE, Include, Publish, ReplyTarget, Running,
-    RustStream, StartError, termination,
+    App, AppInfo, BrokerScope, DEFAULT_SHUTDOWN_DEADLINE, Include, Running, RustStream, StartError,
+    termination,
 };
 pub use context::{
     Context, DELIVERY_COUNT_HEADER, HeaderView, IDLE_MS_HEADER, PARTITION_KEY_HEADER,
 };
 pub use health::{Health, Problem};
 pub use observe::{Handled, Observer, Settlement};
-pub use outcome::{HandlerOutcome, IntoSettle, Settle};
+pub use outcome::{HandlerOutcome, IntoSettle, Publish, ReplyTarget, Settle};
 pub use outgoing::{Outgoing, PublishBuilder, PublishError, Publisher};
 pub use runtime::SubscriptionStats;
 pub use ruststream_core::*;

@@ -111,3 +111,34 @@ impl<E: fmt::Display> IntoSettle for Result<(), E> {
         }
     }
 }
+
+/// Where a `reply` subscriber's values go: `.out_reply(Publish)` publishes
+/// them to the reply type's own stream (its `#[outgoing(name)]`), which is
+/// also what happens when `out_reply` is not called.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Publish;
+
+impl Publish {
+    /// Publish replies to `stream` instead of the reply type's own stream.
+    pub fn to(stream: impl Into<String>) -> ReplyTarget {
+        ReplyTarget::Stream(stream.into())
+    }
+}
+
+/// Where replies go. See [`Publish`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ReplyTarget {
+    /// The reply type's own stream.
+    #[default]
+    OwnStream,
+    /// A named stream.
+    Stream(String),
+    /// Nowhere: the reply is dropped and the entry acked.
+    Discard,
+}
+
+impl From<Publish> for ReplyTarget {
+    fn from(_: Publish) -> Self {
+        ReplyTarget::OwnStream
+    }
+}

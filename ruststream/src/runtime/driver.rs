@@ -1,0 +1,339 @@
+//! The subscription's task: one poll loop that reads, runs every lane's
+//! handler in place, and hands decisions to the settler. Each wake event
+//! is one method of [`Driver`].
+//!
+//! - Each lane has a slot holding the handler it runs; the slots are polled
+//!   by this task, so an entry costs no channel hop and no task wakeup of
+//!   its own.
+//! - A lane whose handler finishes starts its next entry in the same wake,
+//!   so handlers that finish without waiting run back to back, a whole read
+//!   batch per wake, lanes taking turns (they finish in about the order
+//!   they were read, which keeps the broker's pending lists cheap to
+//!   settle).
+//! - A panic in a handler is caught where its slot is polled: the entry is
+//!   retried and the lane goes on.
+//! - Handler time is measured on tokio's clock (so a paused test clock
+//!   measures it too), read once each time the task polls its lanes rather
+//!   than twice per entry: a handler's time runs from the poll that started
+//!   it to the poll that saw it finish. A handler that finishes in the poll
+//!   that started it (it never waited) counts as taking no time.
+//! - Shutdown is checked before every wake (a version check of the
+//!   signal), so a broker that always has entries ready cannot keep the
+//!   task from seeing it. Then reading stops, entries not started are
+//!   handed back (an immediate nack, so any consumer gets them at once),
+//!   running handlers get the deadline to finish (past it they are dropped
+//!   and their entries handed back too), and the settler flushes.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ruststream_core::{BrokerResult, Delivery, ReadBatch};
+use tokio::sync::watch;
+
+use super::Metrics;
+use super::handle::Pipeline;
+use super::lanes::{Finished, Lanes};
+use super::read::{LastRead, ReadWake, Reader};
+use super::settle::{Decided, Decision, Outbox, SettleBatch};
+use crate::Subscriber;
+use crate::observe::Settlement;
+
+/// Runs the subscription's task until it has stopped and every entry it
+/// read is handled or handed back.
+pub(super) async fn drive<S: Subscriber>(
+    pipeline: &Pipeline<S>,
+    outbox: &Outbox,
+    last_read: &LastRead,
+) {
+    // The future a lane's slot holds. The task enters the delivery's span
+    // around every poll of it (see `Pipeline::delivery_span`).
+    let make = |delivery| pipeline.handle(delivery);
+    Driver::new(pipeline, outbox, last_read, make).run().await;
+}
+
+/// What woke the task.
+enum Wake {
+    /// Handlers finished (their decisions are in the batch), together
+    /// taking `total` nanoseconds, the longest `longest`.
+    Progress { total: u64, longest: u64 },
+    /// The reader: a read returned, a backoff ended, or room appeared.
+    Read(ReadWake),
+    /// Shutdown was asked for.
+    Stop,
+    /// The shutdown deadline passed with handlers still running.
+    Deadline,
+}
+
+/// The task's state between wakes.
+struct Driver<'a, S, F, M> {
+    pipeline: &'a Pipeline<S>,
+    outbox: &'a Outbox,
+    /// Makes a lane's handler future for a delivery.
+    make: M,
+    lanes: Lanes<F>,
+    reader: Reader<'a>,
+    /// tokio's clock, so that a paused test clock measures handlers too.
+    epoch: tokio::time::Instant,
+    /// The clock, read once per poll of the lanes, in nanoseconds since
+    /// `epoch`.
+    now: u64,
+    /// Entries read and not yet handled (queued or running).
+    held: usize,
+    /// Handlers started within a poll of the lanes, added to the metrics
+    /// after the wake.
+    delivered: u64,
+    stopping: bool,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// A cheap look at the shutdown signal before every wake (a version
+    /// check): a broker that always has entries ready (the memory broker, a
+    /// file log with a backlog) would otherwise keep `stop` from ever being
+    /// polled.
+    peek: watch::Receiver<Option<Duration>>,
+    stop: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
+    /// Decisions of this wake, handed to the settler at its end.
+    decisions: SettleBatch,
+}
+
+impl<'a, S, F, M> Driver<'a, S, F, M>
+where
+    S: Subscriber,
+    F: Future<Output = Decided>,
+    M: Fn(Delivery) -> F,
+{
+    fn new(
+        pipeline: &'a Pipeline<S>,
+        outbox: &'a Outbox,
+        last_read: &'a LastRead,
+        make: M,
+    ) -> Self {
+        let env = &pipeline.env;
+        let mut shutdown = env.shutdown.clone();
+        let stop = Box::pin(async move {
+            while shutdown.borrow_and_update().is_none() {
+                if shutdown.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        Driver {
+            pipeline,
+            outbox,
+            make,
+            lanes: Lanes::new(
+                env.subscription.workers.max(1),
+                env.subscription.by_key,
+                env.observer.is_some(),
+            ),
+            reader: Reader::new(env, outbox, last_read),
+            epoch: tokio::time::Instant::now(),
+            now: 0,
+            held: 0,
+            delivered: 0,
+            stopping: false,
+            deadline: None,
+            peek: env.shutdown.clone(),
+            stop,
+            decisions: SettleBatch::default(),
+        }
+    }
+
+    async fn run(mut self) {
+        loop {
+            // Spans at debug level can be on only when the level filter
+            // lets debug through: checked once per wake, not per entry.
+            let traced = tracing::level_filters::LevelFilter::current() >= tracing::Level::DEBUG;
+            self.start_idle_lanes(traced);
+            if self.stopping && self.held == 0 {
+                break;
+            }
+            let stop_now = !self.stopping && shutdown_asked(&mut self.peek);
+            self.reader.maybe_read(self.stopping || stop_now);
+            let wake = if stop_now {
+                Wake::Stop
+            } else {
+                std::future::poll_fn(|cx| self.poll_wake(cx, traced)).await
+            };
+            if self.delivered > 0 {
+                Metrics::add(&self.pipeline.env.metrics.delivered, self.delivered);
+                self.delivered = 0;
+            }
+            match wake {
+                Wake::Progress { total, longest } => {
+                    self.pipeline.env.metrics.add_handler_time(total, longest);
+                }
+                Wake::Read(ReadWake::Read(result)) => self.on_read(result).await,
+                Wake::Read(ReadWake::BackedOff | ReadWake::Settled) => {}
+                Wake::Stop => self.on_stop(),
+                Wake::Deadline => self.on_deadline(),
+            }
+            if !self.decisions.is_empty() {
+                // One hand-over per wake, however many entries finished.
+                self.outbox.push(&mut self.decisions);
+            }
+            // A broker that always has work ready (the memory broker answers
+            // at once) would otherwise keep this task from ever yielding.
+            tokio::task::consume_budget().await;
+        }
+    }
+
+    /// Starts a handler on every idle lane with work queued, and counts
+    /// them as delivered at once (before the task waits on them).
+    fn start_idle_lanes(&mut self, traced: bool) {
+        let mut started = 0;
+        for lane in 0..self.lanes.lanes.len() {
+            if self.lanes.nothing_to_start() {
+                break;
+            }
+            if self
+                .lanes
+                .start(lane, self.pipeline, traced, self.now, &self.make)
+            {
+                started += 1;
+            }
+        }
+        if started > 0 {
+            Metrics::add(&self.pipeline.env.metrics.delivered, started);
+        }
+    }
+
+    /// Polls every running handler, then the reader, the shutdown signal
+    /// and the deadline, and says what woke the task.
+    fn poll_wake(&mut self, cx: &mut Context<'_>, traced: bool) -> Poll<Wake> {
+        let Driver {
+            pipeline,
+            make,
+            lanes,
+            epoch,
+            now,
+            held,
+            delivered,
+            stopping,
+            decisions,
+            ..
+        } = self;
+        *now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let (mut total, mut longest) = (0u64, 0u64);
+        let mut progress = false;
+        // Poll in rounds: every occupied lane first, then, while handlers
+        // finish, only the lanes that started a new handler in the round
+        // before. Lanes take turns, so handlers that finish without waiting
+        // complete in about the order they were read.
+        let mut round_all = true;
+        loop {
+            let mut started_any = false;
+            for lane in 0..lanes.lanes.len() {
+                let this = &mut lanes.lanes[lane];
+                if !round_all && !std::mem::take(&mut this.fresh) {
+                    continue;
+                }
+                let Some((started, finished)) = this.poll(cx) else {
+                    continue;
+                };
+                let decided = match finished {
+                    Finished::Returned(decided) => decided,
+                    Finished::Panicked(panic) => pipeline.panicked(&started, &*panic),
+                };
+                if let Some(delivery) = this.copy.take() {
+                    pipeline.observe(&delivery, decided.settlement);
+                }
+                decisions.add(decided.decision);
+                *held -= 1;
+                let took = now.saturating_sub(this.since);
+                total = total.saturating_add(took);
+                longest = longest.max(took);
+                progress = true;
+                // The lane is free: start its next entry, polled in the next
+                // round of this same poll.
+                if !*stopping && lanes.start(lane, pipeline, traced, *now, make) {
+                    lanes.lanes[lane].fresh = true;
+                    started_any = true;
+                    *delivered += 1;
+                }
+            }
+            if !started_any {
+                break;
+            }
+            round_all = false;
+        }
+        if progress {
+            return Poll::Ready(Wake::Progress { total, longest });
+        }
+        if let Poll::Ready(wake) = self.reader.poll(cx) {
+            return Poll::Ready(Wake::Read(wake));
+        }
+        if !self.stopping && self.stop.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Wake::Stop);
+        }
+        if let Some(d) = self.deadline.as_mut()
+            && d.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Wake::Deadline);
+        }
+        Poll::Pending
+    }
+
+    /// A read returned: its entries go to the lanes, or its error to the
+    /// reader.
+    async fn on_read(&mut self, result: BrokerResult<ReadBatch>) {
+        match result {
+            Ok(batch) => {
+                let deliveries = self.reader.took(batch);
+                self.held += deliveries.len();
+                self.lanes.queue_all(deliveries);
+            }
+            Err(error) => self.reader.failed(error).await,
+        }
+    }
+
+    /// Shutdown was asked for: stop reading, hand back what was not
+    /// started, and give running handlers the deadline.
+    fn on_stop(&mut self) {
+        self.stopping = true;
+        self.reader.stop();
+        let env = &self.pipeline.env;
+        for delivery in self.lanes.drain_waiting() {
+            Metrics::add(&env.metrics.handed_back, 1);
+            self.pipeline.observe(&delivery, Settlement::HandedBack);
+            self.decisions
+                .add(Decision::After(delivery.id(), Duration::ZERO));
+            self.held -= 1;
+        }
+        let grace = env.shutdown.borrow().unwrap_or(Duration::ZERO);
+        self.deadline = Some(Box::pin(tokio::time::sleep(grace)));
+    }
+
+    /// The deadline passed: handlers still running are stopped and their
+    /// entries handed back.
+    fn on_deadline(&mut self) {
+        let env = &self.pipeline.env;
+        for lane in &mut self.lanes.lanes {
+            let Some(started) = lane.stop() else {
+                continue;
+            };
+            tracing::warn!(
+                subscriber = env.name,
+                id = %started.id,
+                "handler still running at the shutdown deadline: stopped, entry handed back"
+            );
+            if let Some(delivery) = lane.copy.take() {
+                self.pipeline.observe(&delivery, Settlement::HandedBack);
+            }
+            self.decisions
+                .add(Decision::After(started.id, Duration::ZERO));
+            self.held -= 1;
+        }
+    }
+}
+
+/// Whether shutdown has been asked for since `peek` last looked: a version
+/// check, then a look at the value only when it changed. A dropped sender
+/// counts as a shutdown.
+fn shutdown_asked(peek: &mut watch::Receiver<Option<Duration>>) -> bool {
+    match peek.has_changed() {
+        Ok(false) => false,
+        Ok(true) => peek.borrow_and_update().is_some(),
+        Err(_) => true,
+    }
+}

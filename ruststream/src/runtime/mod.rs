@@ -1,0 +1,98 @@
+//! Running one subscription: one task that reads and runs the handlers,
+//! and a settler.
+//!
+//! ```text
+//!   broker ──read──▶ [ queue ─▶ slot ] × n lanes ──decisions──▶ settler ──ack/retry/dead──▶ broker
+//!                 (one task polls the read and every slot)
+//! ```
+//!
+//! One file per stage:
+//!
+//! - `read`: what to read and when: the read-ahead bound (entries read and
+//!   not yet settled at the broker), the re-read of the consumer's own
+//!   pending list, backoff, and recreating a group the broker lost;
+//! - `lanes`: the lanes entries wait and run on (`workers(n)`, `by_key`);
+//! - `handle`: running a handler on a delivery and deciding how to settle
+//!   it;
+//! - `settle`: decisions on their way to the broker, batched, and applied
+//!   again until they land;
+//! - `driver`: the task's poll loop, one method per wake event;
+//! - `stats`: counters, and the [`SubscriptionStats`] an app reports;
+//! - `backoff`: jittered exponential backoff.
+
+mod backoff;
+mod driver;
+mod handle;
+mod lanes;
+mod read;
+mod settle;
+mod stats;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ruststream_core::{Broker, EntryId};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::observe::Observer;
+use crate::{Publisher, ReplyTarget, Subscriber, Subscription};
+
+pub(crate) use backoff::Backoff;
+pub(crate) use stats::Metrics;
+pub use stats::SubscriptionStats;
+
+/// Everything a subscription's tasks share.
+#[derive(Clone)]
+pub(crate) struct Env {
+    pub(crate) broker: Arc<dyn Broker>,
+    pub(crate) publisher: Publisher,
+    pub(crate) consumer: String,
+    pub(crate) name: &'static str,
+    pub(crate) subscription: Subscription,
+    pub(crate) reply: ReplyTarget,
+    /// `None` while running; `Some(deadline)` once shutting down.
+    pub(crate) shutdown: watch::Receiver<Option<Duration>>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
+    /// The group's last delivered id when the subscription started: where a
+    /// group the broker loses (a server restart without persistence) is
+    /// recreated from until the subscription has read past it.
+    pub(crate) resume_floor: EntryId,
+}
+
+impl Env {
+    fn stream(&self) -> &str {
+        self.subscription.stream.stream_name()
+    }
+
+    fn group(&self) -> &str {
+        self.subscription.stream.group_name().unwrap_or_default()
+    }
+}
+
+/// Runs one subscription until shutdown.
+pub(crate) async fn run_subscription<S: Subscriber>(subscriber: Arc<S>, env: Env) {
+    let outbox = Arc::new(settle::Outbox::default());
+    let last_read = Arc::new(read::LastRead::new(env.resume_floor));
+    let settler = tokio::spawn(settle::settle_loop(
+        env.clone(),
+        Arc::clone(&outbox),
+        Arc::clone(&last_read),
+    ));
+    let pipeline = handle::Pipeline {
+        subscriber,
+        env: env.clone(),
+    };
+    let span = tracing::debug_span!("subscription", subscriber = env.name);
+    {
+        // Closes the outbox however the task ends, a panic included, so the
+        // settler always applies what it has and stops.
+        let _close = settle::CloseOnDrop(&outbox);
+        driver::drive(&pipeline, &outbox, &last_read)
+            .instrument(span)
+            .await;
+    }
+    let _ = settler.await;
+    tracing::info!(subscriber = env.name, "subscriber stopped");
+}

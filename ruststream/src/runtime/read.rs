@@ -1,0 +1,320 @@
+//! Reading: what a subscription reads, and when.
+//!
+//! - The read-ahead bound counts every entry read and not yet settled at
+//!   the broker: queued on a lane, running, or handled with its decision on
+//!   the way to the broker (or being applied again after a failure). The
+//!   task reads only while that is below the bound, asking the broker for
+//!   the room left, so a crash redelivers at most the read-ahead, and a
+//!   broker that refuses settles stops reading rather than letting handled
+//!   entries pile up. It reads again once no more than one entry per lane
+//!   is unsettled, so reads come in batches of most of the bound; the
+//!   settler wakes it when decisions land.
+//! - A subscription first re-reads its own pending list (`OwnPending`,
+//!   page by page, not blocking) and handles what a predecessor with the
+//!   same consumer name left there, then reads as its kind says.
+//! - A failed read backs off with jitter. A group the broker lost (a
+//!   server restarted without persistence) is recreated after the last id
+//!   the subscription read, never at the stream's end
+//!   ([`recreate_group`]).
+
+use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ruststream_core::{
+    BrokerError, BrokerFuture, BrokerResult, Delivery, EntryId, ReadBatch, ReadMode, ReadRequest,
+    StreamStart,
+};
+use tokio::sync::futures::Notified;
+
+use super::settle::Outbox;
+use super::{Backoff, Env, Metrics};
+
+/// How long one blocking read waits before asking again.
+const READ_BLOCK: Duration = Duration::from_secs(5);
+
+/// The highest id a subscription has read (or its group's position when it
+/// started), shared by its task and its settler: where a group the broker
+/// lost is recreated from, whichever of the two finds it lost.
+pub(super) struct LastRead(Mutex<EntryId>);
+
+impl LastRead {
+    pub(super) fn new(floor: EntryId) -> Self {
+        LastRead(Mutex::new(floor))
+    }
+
+    pub(super) fn get(&self) -> EntryId {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn raise(&self, id: EntryId) {
+        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if id > *last {
+            *last = id;
+        }
+    }
+}
+
+/// What woke the reader.
+pub(super) enum ReadWake {
+    /// The read in flight returned.
+    Read(BrokerResult<ReadBatch>),
+    /// The backoff after a failed read is over.
+    BackedOff,
+    /// Decisions reached the broker: there may be room to read.
+    Settled,
+}
+
+/// The reading side of a subscription's task.
+pub(super) struct Reader<'a> {
+    env: &'a Env,
+    outbox: &'a Outbox,
+    last_read: &'a LastRead,
+    /// The subscription's read mode.
+    mode: ReadMode,
+    /// The read-ahead bound.
+    read_ahead: usize,
+    /// Read again once no more than this many entries are unsettled.
+    low_water: usize,
+    /// The read in flight.
+    read: Option<BrokerFuture<'a, ReadBatch>>,
+    backoff: Backoff,
+    backing_off: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Armed while the read-ahead is full of decisions not yet confirmed by
+    /// the broker: the settler's signal that some landed.
+    room: Option<Pin<Box<Notified<'a>>>>,
+    /// Entries a predecessor with this consumer name left pending (it
+    /// crashed, or was killed) come first: the subscription pages through
+    /// its own pending list before its first ordinary read. `Some` holds
+    /// the id to page on from.
+    recovering: Option<EntryId>,
+    /// Set when a `new` subscription's read failed: the broker may have
+    /// handed out entries whose reply was lost. They sit pending under this
+    /// consumer, and nothing else would hand them out again while it lives
+    /// (claiming and reclaim reads take such entries back once idle, so
+    /// those subscriptions need no check). Once everything the subscription
+    /// holds has settled, any entry still pending under its name is one of
+    /// those, and it re-reads its own pending list as at start-up.
+    recheck_own: bool,
+    /// Whether a lost group was recreated since the last successful read.
+    recreated_since_read: bool,
+}
+
+impl<'a> Reader<'a> {
+    pub(super) fn new(env: &'a Env, outbox: &'a Outbox, last_read: &'a LastRead) -> Self {
+        let lanes = env.subscription.workers.max(1);
+        let read_ahead = env.subscription.read_ahead();
+        Reader {
+            env,
+            outbox,
+            last_read,
+            mode: env.subscription.stream.read_mode(),
+            read_ahead,
+            low_water: lanes.min(read_ahead.saturating_sub(1)),
+            read: None,
+            backoff: Backoff::new(),
+            backing_off: None,
+            room: None,
+            recovering: Some(EntryId::ZERO),
+            recheck_own: false,
+            recreated_since_read: false,
+        }
+    }
+
+    /// Starts a read if one may go out now: none in flight, no backoff
+    /// running, and room under the read-ahead bound (else it waits for the
+    /// settler's signal). `stopping` forbids reading.
+    pub(super) fn maybe_read(&mut self, stopping: bool) {
+        let may_read = self.read.is_none() && !stopping && self.backing_off.is_none();
+        if !may_read {
+            return;
+        }
+        let env = self.env;
+        // Decisions of this wake were pushed to the outbox before this is
+        // called, so they count already.
+        let unsettled = usize::try_from(env.metrics.in_flight()).unwrap_or(usize::MAX);
+        if self.recheck_own && unsettled == 0 {
+            self.recheck_own = false;
+            self.recovering = Some(EntryId::ZERO);
+        }
+        if unsettled > self.low_water || self.recheck_own {
+            if self.room.is_none() {
+                self.room = Some(Box::pin(self.outbox.settled.notified()));
+            }
+            return;
+        }
+        self.room = None;
+        let (mode, block) = match self.recovering {
+            // A pending list answers at once: no blocking.
+            Some(after) => (ReadMode::OwnPending { after }, None),
+            None => (self.mode, Some(READ_BLOCK)),
+        };
+        let mut request = ReadRequest::new(
+            env.stream(),
+            env.group(),
+            &env.consumer,
+            mode,
+            self.read_ahead - unsettled,
+        );
+        request.block = block;
+        request.max_deliveries = env.subscription.max_deliveries;
+        self.read = Some(env.broker.read(request));
+    }
+
+    /// Polls the read in flight, the backoff and the settler's signal.
+    #[inline]
+    pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<ReadWake> {
+        if let Some(read) = self.read.as_mut()
+            && let Poll::Ready(result) = read.as_mut().poll(cx)
+        {
+            self.read = None;
+            return Poll::Ready(ReadWake::Read(result));
+        }
+        if let Some(b) = self.backing_off.as_mut()
+            && b.as_mut().poll(cx).is_ready()
+        {
+            self.backing_off = None;
+            return Poll::Ready(ReadWake::BackedOff);
+        }
+        if let Some(room) = self.room.as_mut()
+            && room.as_mut().poll(cx).is_ready()
+        {
+            self.room = None;
+            return Poll::Ready(ReadWake::Settled);
+        }
+        Poll::Pending
+    }
+
+    /// Takes in a batch read: pages on through recovery, notes the highest
+    /// id read, counts it and reports what the read dead-lettered. Returns
+    /// the deliveries.
+    pub(super) fn took(&mut self, batch: ReadBatch) -> Vec<Delivery> {
+        self.backoff.reset();
+        self.recreated_since_read = false;
+        let last = batch
+            .deliveries
+            .iter()
+            .map(Delivery::id)
+            .chain(batch.dead_lettered.iter().copied())
+            .max();
+        if let Some(after) = &mut self.recovering {
+            // Page on past what this read handed out or dead-lettered; an
+            // empty page ends recovery.
+            match last {
+                Some(last) => *after = last,
+                None => self.recovering = None,
+            }
+        }
+        if let Some(last) = last {
+            self.last_read.raise(last);
+        }
+        let env = self.env;
+        env.metrics.add_read(batch.deliveries.len() as u64);
+        for id in &batch.dead_lettered {
+            Metrics::add(&env.metrics.dead_lettered, 1);
+            tracing::warn!(
+                subscriber = env.name,
+                stream = env.stream(),
+                group = env.group(),
+                %id,
+                max_deliveries = env.subscription.max_deliveries,
+                "entry dead-lettered: delivered max_deliveries times"
+            );
+        }
+        batch.deliveries
+    }
+
+    /// Handles a failed read: logs it, recreates a group the broker lost,
+    /// and backs off (or, right after recreating the group, reads again at
+    /// once).
+    pub(super) async fn failed(&mut self, error: BrokerError) {
+        // A failed own-pending read loses nothing: what it would have
+        // handed out is still pending here.
+        if self.recovering.is_none() && !self.env.subscription.stream.retries_in_place() {
+            self.recheck_own = true;
+        }
+        let env = self.env;
+        let delay = self.backoff.next_delay();
+        tracing::error!(
+            subscriber = env.name,
+            stream = env.stream(),
+            group = env.group(),
+            %error,
+            retry_in = ?delay,
+            "read failed"
+        );
+        let recreated = matches!(error, BrokerError::NoGroup { .. })
+            && recreate_group(env, self.last_read.get()).await;
+        if recreated && !self.recreated_since_read {
+            // The group is back: the broker answers again, so read at once
+            // rather than after the backoff its outage built up. Once only
+            // until a read succeeds, so a broker that keeps losing the group
+            // still gets the backoff.
+            self.recreated_since_read = true;
+            self.backoff.reset();
+        } else {
+            self.backing_off = Some(Box::pin(tokio::time::sleep(delay)));
+        }
+    }
+
+    /// Stops reading: a blocking read in flight is abandoned.
+    pub(super) fn stop(&mut self) {
+        self.read = None;
+        self.backing_off = None;
+        self.room = None;
+    }
+}
+
+/// Recreates a group the broker lost (a server restart without
+/// persistence, a flush) so that nothing published since is skipped: after
+/// `last_read`, the highest id the subscription has read (or the group's
+/// position when it started), or at the beginning when the stream itself is
+/// new since then (its last id is below `last_read`, or nothing was read
+/// from a stream that was empty). Never at the subscription's own start
+/// position: for `New` that is the stream's end, which would pass over
+/// everything published between the loss and now. Entries the lost group
+/// had pending lose their pending state with it (the broker forgot them),
+/// as `docs/guarantees.md` says.
+///
+/// Returns whether the group exists now. Both the task (a read failed) and
+/// the settler (a settle failed) call this; creating a group is
+/// idempotent, so they may race.
+pub(super) async fn recreate_group(env: &Env, last_read: EntryId) -> bool {
+    let start = if last_read == EntryId::ZERO {
+        StreamStart::Beginning
+    } else {
+        match env.broker.stream_info(env.stream()).await {
+            Ok(Some(info)) if info.last_id >= last_read => StreamStart::Id(last_read),
+            Ok(_) => StreamStart::Beginning,
+            // The next failed call tries again.
+            Err(_) => StreamStart::Id(last_read),
+        }
+    };
+    match env
+        .broker
+        .ensure_group(env.stream(), env.group(), start)
+        .await
+    {
+        Ok(created) => {
+            if created {
+                tracing::warn!(
+                    stream = env.stream(),
+                    group = env.group(),
+                    ?start,
+                    "consumer group was missing (server restart or flush?): recreated"
+                );
+            }
+            true
+        }
+        Err(e) => {
+            tracing::error!(
+                stream = env.stream(),
+                group = env.group(),
+                %e,
+                "could not recreate the consumer group; trying again after the next failed call"
+            );
+            false
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! Settling: handler decisions on their way to the broker.
+//!
+//! The vocabulary, from the handler to the broker:
+//!
+//! - a handler returns a [`HandlerOutcome`](crate::HandlerOutcome) (or
+//!   `()`, a `Result`, a reply), which the macro turns into a
+//!   [`Settle`](crate::Settle): what the return value means, failures
+//!   included;
+//! - the runtime turns a `Settle` into a [`Decided`]: the [`Decision`] to
+//!   apply at the broker, and the [`Settlement`] an observer is told;
+//! - the subscription's task puts decisions into a [`SettleBatch`] and
+//!   hands it to the settler through the [`Outbox`];
+//! - the settler applies a batch as broker calls (`ack`, `retry`,
+//!   `dead_letter`), each made again until it lands ([`settle_call`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ruststream_core::{BrokerError, EntryId, Retry};
+use tokio::sync::Notify;
+
+use super::read::{self, LastRead};
+use super::{Backoff, Env, Metrics};
+use crate::observe::Settlement;
+
+/// Outcomes applied per settle batch at most.
+const SETTLE_BATCH: usize = 1024;
+/// Attempts at a settle call once the subscription has stopped (the
+/// process is shutting down) before the settler gives up on it. While the
+/// subscription runs there is no limit: an outcome is applied again, with
+/// backoff, until it lands (see `settle_call`).
+const SETTLE_ATTEMPTS_AT_STOP: u32 = 6;
+
+/// What to tell the broker about one entry.
+#[derive(Debug)]
+pub(super) enum Decision {
+    Ack(EntryId),
+    /// Retry on a new subscription: copy and ack.
+    Copy(EntryId),
+    /// Owed again after a delay (zero: an immediate nack).
+    After(EntryId, Duration),
+    Dead(EntryId, String),
+    /// Retry on a claiming or reclaim subscription: nothing to tell the
+    /// broker, the entry stays pending under its own id until a claiming
+    /// read takes it once idle. Not acking it is the retry.
+    Leave,
+}
+
+/// How a handled entry is to be settled, and what an observer is told.
+pub(super) struct Decided {
+    pub(super) decision: Decision,
+    pub(super) settlement: Settlement,
+}
+
+impl Decided {
+    pub(super) fn new(decision: Decision, settlement: Settlement) -> Self {
+        Decided {
+            decision,
+            settlement,
+        }
+    }
+
+    /// Dead-letter the entry with `reason`.
+    pub(super) fn dead(id: EntryId, reason: String) -> Self {
+        let settlement = Settlement::DeadLettered {
+            reason: reason.clone(),
+        };
+        Decided::new(Decision::Dead(id, reason), settlement)
+    }
+}
+
+/// Outcomes on their way from a subscription's task to its settler: a
+/// batch the task appends to and the settler swaps for its own empty one,
+/// so a hand-over moves the outcomes and allocates nothing.
+#[derive(Default)]
+pub(super) struct Outbox {
+    ops: Mutex<SettleBatch>,
+    ready: Notify,
+    closed: AtomicBool,
+    /// Signalled by the settler each time outcomes reach the broker: the
+    /// task may then have room to read again (see `Metrics::in_flight`).
+    pub(super) settled: Notify,
+    /// Signalled when the outbox is closed, for a settler waiting out a
+    /// backoff.
+    closing: Notify,
+}
+
+impl Outbox {
+    /// Moves `ops` (left empty, its capacity kept) to the settler.
+    pub(super) fn push(&self, ops: &mut SettleBatch) {
+        self.ops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .append(ops);
+        self.ready.notify_one();
+    }
+
+    /// Whether no more outcomes will come: the subscription has stopped.
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// No more outcomes will come.
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.ready.notify_one();
+        self.closing.notify_one();
+    }
+
+    /// Resolves once the outbox is closed.
+    async fn stopped(&self) {
+        while !self.is_closed() {
+            self.closing.notified().await;
+        }
+    }
+
+    /// Waits for outcomes and swaps them into `into` (which must be empty).
+    /// Returns `false` once the outbox is closed and empty.
+    async fn take(&self, into: &mut SettleBatch) -> bool {
+        loop {
+            // `closed` is read before the buffer: outcomes pushed before the
+            // close are then always seen.
+            let closed = self.closed.load(Ordering::Acquire);
+            {
+                let mut ops = self.ops.lock().unwrap_or_else(PoisonError::into_inner);
+                if !ops.is_empty() {
+                    std::mem::swap(&mut *ops, into);
+                    return true;
+                }
+            }
+            if closed {
+                return false;
+            }
+            // A push or close since the checks above left a permit, so
+            // this returns at once.
+            self.ready.notified().await;
+        }
+    }
+}
+
+/// Closes an outbox when dropped.
+pub(super) struct CloseOnDrop<'a>(pub(super) &'a Outbox);
+
+impl Drop for CloseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// Applies settle decisions in batches until the outbox is closed and
+/// empty.
+pub(super) async fn settle_loop(env: Env, outbox: Arc<Outbox>, last_read: Arc<LastRead>) {
+    let mut batch = SettleBatch::default();
+    let settler = Settler {
+        env: &env,
+        outbox: &outbox,
+        last_read: &last_read,
+    };
+    while outbox.take(&mut batch).await {
+        let settled = batch.count;
+        batch.apply(&settler).await;
+        env.metrics.add_settled(settled as u64);
+        outbox.settled.notify_one();
+    }
+}
+
+/// What the settler's calls need: the subscription, the outbox (to tell
+/// whether the subscription has stopped) and the last id read (to
+/// recreate a group the broker lost).
+struct Settler<'a> {
+    env: &'a Env,
+    outbox: &'a Outbox,
+    last_read: &'a LastRead,
+}
+
+/// Settle decisions grouped into broker calls.
+#[derive(Default)]
+pub(super) struct SettleBatch {
+    /// Decisions in the batch, `Decision::Leave` included.
+    count: usize,
+    acks: Vec<EntryId>,
+    copies: Vec<EntryId>,
+    delayed: Vec<(Duration, EntryId)>,
+    dead: Vec<(EntryId, String)>,
+}
+
+impl SettleBatch {
+    #[inline]
+    pub(super) fn add(&mut self, decision: Decision) {
+        self.count += 1;
+        match decision {
+            Decision::Ack(id) => self.acks.push(id),
+            Decision::Copy(id) => self.copies.push(id),
+            Decision::Leave => {}
+            Decision::After(id, delay) => self.delayed.push((delay, id)),
+            Decision::Dead(id, reason) => self.dead.push((id, reason)),
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Moves `other`'s decisions into this batch.
+    fn append(&mut self, other: &mut SettleBatch) {
+        self.count += std::mem::take(&mut other.count);
+        self.acks.append(&mut other.acks);
+        self.copies.append(&mut other.copies);
+        self.delayed.append(&mut other.delayed);
+        self.dead.append(&mut other.dead);
+    }
+
+    /// Applies the batch, in broker calls of at most `SETTLE_BATCH`
+    /// entries, and empties it. Each call is made again until it lands (see
+    /// [`settle_call`]).
+    async fn apply(&mut self, settler: &Settler<'_>) {
+        let env = settler.env;
+        let (stream, group) = (env.stream(), env.group());
+        let broker = &*env.broker;
+        self.count = 0;
+        for ids in self.acks.chunks(SETTLE_BATCH) {
+            if settle_call(settler, "ack", ids.len(), || broker.ack(stream, group, ids)).await {
+                Metrics::add(&env.metrics.acked, ids.len() as u64);
+            }
+        }
+        self.acks.clear();
+        for ids in self.copies.chunks(SETTLE_BATCH) {
+            settle_call(settler, "retry (copy)", ids.len(), || {
+                broker.retry(stream, group, ids, Retry::Copy)
+            })
+            .await;
+        }
+        self.copies.clear();
+        self.delayed.sort();
+        for run in self.delayed.chunk_by(|a, b| a.0 == b.0) {
+            let delay = run[0].0;
+            let ids: Vec<EntryId> = run.iter().map(|(_, id)| *id).collect();
+            settle_call(settler, "retry (delay)", ids.len(), || {
+                broker.retry(stream, group, &ids, Retry::After(delay))
+            })
+            .await;
+        }
+        self.delayed.clear();
+        for (id, reason) in self.dead.drain(..) {
+            let ids = [id];
+            if settle_call(settler, "dead-letter", 1, || {
+                broker.dead_letter(stream, group, &ids, &reason)
+            })
+            .await
+            {
+                Metrics::add(&env.metrics.dead_lettered, 1);
+            }
+        }
+    }
+}
+
+/// Runs one settle call until it lands. Returns whether it did.
+///
+/// A failed call is made again with backoff (jittered, up to 5 s apart),
+/// whatever the error, for as long as the subscription runs: an outcome
+/// that could not be applied is never dropped, so an entry is never left
+/// pending under a live consumer (which would not read it again). Broker
+/// calls are all-or-nothing, so a failed one changed nothing and making it
+/// again is safe; one whose reply was lost after it was applied is a no-op
+/// the second time (acks, retries and dead letters ignore entries that
+/// are no longer pending). While outcomes wait here the read-ahead stays
+/// full, so the subscription reads nothing new.
+///
+/// Once the subscription has stopped (the process is shutting down) the
+/// call gets `SETTLE_ATTEMPTS_AT_STOP` more tries, and a closed broker
+/// none: the entries then stay pending at the broker as they were, and are
+/// delivered again (to this consumer's successor by its own-pending
+/// re-read, to a claiming reader once idle).
+async fn settle_call<'a, T, F>(settler: &Settler<'_>, what: &str, entries: usize, call: F) -> bool
+where
+    F: Fn() -> ruststream_core::BrokerFuture<'a, T>,
+{
+    let Settler {
+        env,
+        outbox,
+        last_read,
+    } = *settler;
+    let mut backoff = Backoff::new();
+    let mut attempts_at_stop = 0u32;
+    loop {
+        let error = match call().await {
+            Ok(_) => return true,
+            Err(error) => error,
+        };
+        if outbox.is_closed() {
+            if attempts_at_stop == 0 {
+                // Short delays from here: the process is stopping.
+                backoff.reset();
+            }
+            attempts_at_stop += 1;
+        }
+        let give_up = matches!(error, BrokerError::Closed { .. })
+            || attempts_at_stop >= SETTLE_ATTEMPTS_AT_STOP;
+        if give_up {
+            tracing::error!(
+                subscriber = env.name,
+                stream = env.stream(),
+                group = env.group(),
+                %error,
+                entries,
+                "{what} failed while stopping; not applied: the broker still holds the entries as \
+                 pending, and they are delivered again after a restart or once idle"
+            );
+            return false;
+        }
+        let delay = backoff.next_delay();
+        tracing::warn!(
+            subscriber = env.name,
+            stream = env.stream(),
+            group = env.group(),
+            %error,
+            entries,
+            retry_in = ?delay,
+            "{what} failed; applying it again"
+        );
+        if matches!(error, BrokerError::NoGroup { .. }) {
+            // The broker lost the group, and with it these entries' pending
+            // state. Recreating it here (the task would only on a failed
+            // read, and it reads nothing while these decisions fill the
+            // read-ahead) lets the call land: on the new group it is a
+            // no-op.
+            read::recreate_group(env, last_read.get()).await;
+        }
+        // Cut short when the subscription stops: the remaining attempts
+        // come at once, with short delays.
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = outbox.stopped() => {}
+        }
+    }
+}

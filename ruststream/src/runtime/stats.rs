@@ -1,0 +1,120 @@
+//! A subscription's counters, and the stats an app reports from them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Counters of one subscription.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    /// Entries received from the broker.
+    pub(super) read: AtomicU64,
+    /// Entries whose settle decision has been applied (or given up on).
+    pub(super) settled: AtomicU64,
+    pub(super) delivered: AtomicU64,
+    pub(super) acked: AtomicU64,
+    pub(super) retried: AtomicU64,
+    pub(super) dead_lettered: AtomicU64,
+    pub(super) failed: AtomicU64,
+    pub(super) panicked: AtomicU64,
+    pub(super) handed_back: AtomicU64,
+    pub(super) handler_nanos: AtomicU64,
+    pub(super) handler_max_nanos: AtomicU64,
+}
+
+impl Metrics {
+    pub(super) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Adds handler calls that took `total` nanoseconds together, the
+    /// longest `longest`.
+    pub(super) fn add_handler_time(&self, total: u64, longest: u64) {
+        Self::add(&self.handler_nanos, total);
+        // A load first: the maximum rarely moves, and a plain load is far
+        // cheaper than the compare-and-swap loop of fetch_max.
+        if longest > self.handler_max_nanos.load(Ordering::Relaxed) {
+            self.handler_max_nanos.fetch_max(longest, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts entries received from the broker.
+    pub(super) fn add_read(&self, n: u64) {
+        self.read.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// Counts entries whose decisions the broker has confirmed (or that
+    /// were given up on at shutdown).
+    pub(super) fn add_settled(&self, n: u64) {
+        self.settled.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// Entries read and not yet settled.
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.read
+            .load(Ordering::SeqCst)
+            .saturating_sub(self.settled.load(Ordering::SeqCst))
+    }
+
+    /// Entries read so far (a progress counter for quiescence checks).
+    pub(crate) fn read_so_far(&self) -> u64 {
+        self.read.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn snapshot(&self, subscriber: &'static str, consumer: &str) -> SubscriptionStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        SubscriptionStats {
+            subscriber,
+            consumer: consumer.to_owned(),
+            delivered: get(&self.delivered),
+            acked: get(&self.acked),
+            retried: get(&self.retried),
+            dead_lettered: get(&self.dead_lettered),
+            failed: get(&self.failed),
+            panicked: get(&self.panicked),
+            handed_back: get(&self.handed_back),
+            handler_time: Duration::from_nanos(get(&self.handler_nanos)),
+            handler_max: Duration::from_nanos(get(&self.handler_max_nanos)),
+            lag: None,
+            pending: None,
+            oldest_pending_ms: None,
+        }
+    }
+}
+
+/// What one subscription has done so far, and its group's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubscriptionStats {
+    /// The subscriber's name.
+    pub subscriber: &'static str,
+    /// The consumer it reads as.
+    pub consumer: String,
+    /// Entries handed to the handler.
+    pub delivered: u64,
+    /// Entries acked.
+    pub acked: u64,
+    /// Entries retried (by outcome, error or panic).
+    pub retried: u64,
+    /// Entries dead-lettered (by outcome, decode failure or attempt bound).
+    pub dead_lettered: u64,
+    /// Handler calls that returned an error.
+    pub failed: u64,
+    /// Handler calls that panicked.
+    pub panicked: u64,
+    /// Entries read but handed back unstarted at shutdown.
+    pub handed_back: u64,
+    /// Total time spent in the handler: for each call, from the runtime
+    /// starting it to the runtime seeing it finish. The runtime reads the
+    /// clock once each time it polls its handlers, not per call, so the
+    /// figure is exact (to within one such poll) for handlers that wait on
+    /// I/O or a timer, and a call that finishes without ever waiting counts
+    /// as taking no time.
+    pub handler_time: Duration,
+    /// Longest single handler call, measured the same way.
+    pub handler_max: Duration,
+    /// The group's lag (entries not yet delivered), if the broker answered.
+    pub lag: Option<u64>,
+    /// The group's pending count, if the broker answered.
+    pub pending: Option<u64>,
+    /// Idle time of the oldest pending entry, in milliseconds.
+    pub oldest_pending_ms: Option<u64>,
+}
