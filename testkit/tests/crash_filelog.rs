@@ -9,7 +9,7 @@
 //! held only through the restarted child's recovery of its own pending
 //! list. Entries handled more than once (allowed: delivery is at least
 //! once) are reported per kill, and no kill may cause more than the
-//! group's read-ahead plus one settle batch of them (see
+//! read-ahead of the group's subscriptions (see
 //! `support::crash::Seen::report_duplicates`).
 //!
 //! This test kills real processes, so it runs in real time (about ten

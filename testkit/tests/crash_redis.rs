@@ -11,8 +11,8 @@
 //! anything up to its cursor (0 skipped); at the end a draining child
 //! handles what is left and every published entry was handled by both
 //! groups. Entries handled more than once are reported per kill, and no
-//! kill may cause more than a group's read-ahead plus one settle batch per
-//! subscription of them (see `support::crash::Seen::report_duplicates`).
+//! kill may cause more than the read-ahead of the group's subscriptions
+//! (see `support::crash::Seen::report_duplicates`).
 //!
 //! Real processes are killed, so this runs in real time (about 20 s).
 
