@@ -36,6 +36,16 @@
 //!   told to). The tests then check that such entries are acked away rather
 //!   than retried forever, and that dead letters still redrive from the copy
 //!   of their fields the backend keeps.
+//!
+//! # A whole app under faults
+//!
+//! [`survives_injected_faults`] runs an app (`RustStream`, `new` and
+//! `claiming` subscriptions) on the target's broker wrapped in a
+//! [`FaultyBroker`](crate::FaultyBroker) that fails calls, loses replies,
+//! stalls settles and loses groups, and checks that every entry ends as its
+//! handler last decided (`docs/guarantees.md`). Its seed comes from
+//! [`FAULT_SEED_VAR`] (`RUSTSTREAM_FAULT_SEED`); a failure names the seed
+//! to replay.
 
 // Panicking is how a test reports failure; every unwrap below is a test
 // assertion about a broker call that must succeed.
@@ -51,6 +61,10 @@ use ruststream_core::{
     Retry, StreamStart, Trim,
 };
 
+mod chaos;
+
+pub use chaos::{FAULT_SEED_VAR, survives_injected_faults};
+
 type Advance = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// A broker under test, and how to move its clock.
@@ -60,6 +74,7 @@ pub struct Target {
     pub broker: Arc<dyn Broker>,
     advance: Advance,
     prefix: String,
+    paused: bool,
     claiming_reads: bool,
     trim_keeps_pending: bool,
 }
@@ -72,6 +87,7 @@ impl Target {
             broker,
             advance: Arc::new(|d| Box::pin(tokio::time::advance(d))),
             prefix: String::new(),
+            paused: true,
             claiming_reads: true,
             trim_keeps_pending: true,
         }
@@ -85,6 +101,7 @@ impl Target {
             broker,
             advance: Arc::new(|d| Box::pin(tokio::time::sleep(d))),
             prefix: prefix.into(),
+            paused: false,
             claiming_reads: true,
             trim_keeps_pending: true,
         }
@@ -184,6 +201,7 @@ macro_rules! conformance_suite {
             check_mode_refuses_only_what_the_broker_cannot_serve,
             a_start_past_the_end_of_the_stream_is_refused,
             bad_names_are_refused_with_the_rule,
+            survives_injected_faults,
         );
     };
     (@tests $paused:expr, $factory:path; $($name:ident),* $(,)?) => {

@@ -6,12 +6,16 @@
 //!   settled.
 //! - [`conformance`]: the broker conformance suite (SPEC section 3), one
 //!   parameterised set of tests that every backend runs.
+//! - [`faults`]: [`FaultyBroker`], a broker wrapper that injects failures,
+//!   lost replies, delays and lost consumer groups on a seeded schedule.
 
 #![forbid(unsafe_code)]
 
 pub mod conformance;
+pub mod faults;
 mod harness;
 
+pub use faults::{CallKind, Fault, FaultyBroker};
 pub use harness::{Received, STEP_BUDGET, TestApp};
 
 // The README's code blocks compile and run as doctests here, where both
