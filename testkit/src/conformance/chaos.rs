@@ -488,6 +488,25 @@ struct Run {
     losses: Vec<(&'static str, Loss)>,
 }
 
+/// Every this many entries, one is wide: more fields than a Lua script can
+/// pass to one command, so a broker's multi-step scripts must not break on
+/// it (a retry copy or dead letter of it once lost the entry).
+const WIDE_EVERY: u32 = 97;
+/// The headers of a wide entry (each is two values in a Redis entry).
+const WIDE_FIELDS: usize = 4_500;
+
+/// The message of a publish attempt: its key as the payload, and for every
+/// `WIDE_EVERY`-th entry thousands of headers.
+fn message(key: Key) -> Message {
+    let mut message = Message::new(key.payload());
+    if key.n % WIDE_EVERY == 13 {
+        for i in 0..WIDE_FIELDS {
+            message = message.with_header(format!("wide-{i}"), "v");
+        }
+    }
+    message
+}
+
 impl Run {
     /// Publishes entry `n` through the faults, retrying (as a new attempt)
     /// until a publish is confirmed.
@@ -496,10 +515,7 @@ impl Run {
         for attempt in 0..100 {
             self.attempts += 1;
             let key = Key { n, attempt };
-            match self
-                .broker
-                .publish(&self.stream, Message::new(key.payload()))
-                .await
+            match self.broker.publish(&self.stream, message(key)).await
             {
                 Ok(_) => return,
                 Err(e) if e.is_transient() => continue,
@@ -919,7 +935,9 @@ impl GroupView<'_> {
 /// outage, as a server restart without persistence loses them (`plain`
 /// keeps its state, so what the outage left behind stays visible).
 /// The test's own publishes retry on failure; a lost reply makes a
-/// duplicate, counted as such.
+/// duplicate, counted as such. About one entry in a hundred is wide
+/// (thousands of headers): more fields than a script can pass to one
+/// command, which a broker's multi-step changes must survive.
 ///
 /// Then the faults stop and the app drains; then it restarts (same
 /// consumer names) and drains again. After each drain, checked on the
