@@ -21,11 +21,12 @@
 //!
 //! # How it works
 //!
-//! The broker is the same consumer-group engine as the memory broker,
-//! with every state change written to disk before the call returns:
-//! entries to per-stream segment files, group state (deliveries, acks,
-//! retries, dead letters, cursors, trims) to a journal that is compacted
-//! into snapshots. Opening the directory replays both. The retained
+//! The broker is the memory broker's local broker
+//! ([`ruststream_local::LocalBroker`], the same consumer-group engine) with
+//! a persistence that writes every state change to disk before the call
+//! returns: entries to per-stream segment files, group state (deliveries,
+//! acks, retries, dead letters, cursors, trims) to a journal that is
+//! compacted into snapshots. Opening the directory replays both. The retained
 //! entries of every stream are also kept in memory, as Redis does;
 //! retention bounds both.
 //!
@@ -81,14 +82,11 @@ mod undo;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use ruststream_core::{
-    Broker, BrokerError, BrokerFuture, BrokerResult, Clock, ConsumerInfo, DeadLetter, Entry,
-    EntryId, GroupInfo, Message, NameKind, PendingEntry, ReadBatch, ReadMode, ReadRequest, Retry,
-    StreamInfo, StreamStart, Trim, check_name,
+    Broker, BrokerError, BrokerResult, Clock, Message, NameKind, check_name, forward_broker,
 };
-use ruststream_memory::{Durability, LocalBroker};
+use ruststream_local::{Durability, LocalBroker};
 use store::Store;
 use sync::Syncer;
 
@@ -118,6 +116,12 @@ const JOURNAL_OVERHEAD: usize = 4096;
 
 /// A durable broker on a local directory. Cheap to clone: clones share the
 /// same open log.
+///
+/// A [`LocalBroker`] over the file store: every [`Broker`] call is the local
+/// broker's, and the file log's limits, upkeep and fail-stop reach it
+/// through the store's [`ruststream_local::Persistence`] hooks. What the
+/// file log adds is its own: opening, its directory, compaction, retention
+/// and syncing on demand.
 #[derive(Clone, Debug)]
 pub struct FileLogBroker {
     inner: LocalBroker<Store>,
@@ -126,8 +130,6 @@ pub struct FileLogBroker {
 
 struct Shared {
     dir: PathBuf,
-    wants_compaction: Arc<AtomicBool>,
-    retention: bool,
     syncer: Arc<Syncer>,
     _lock: lock::DirLock,
 }
@@ -136,7 +138,6 @@ impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared")
             .field("dir", &self.dir)
-            .field("retention", &self.retention)
             .field("failure", &self.syncer.failure())
             .finish_non_exhaustive()
     }
@@ -207,10 +208,6 @@ fn check_journal_record(call: &str, stream: &str, ids: usize, extra: usize) -> B
     Ok(())
 }
 
-fn ready<'a, T: Send + 'a>(result: BrokerResult<T>) -> BrokerFuture<'a, T> {
-    Box::pin(std::future::ready(result))
-}
-
 impl FileLogBroker {
     /// Opens the file log in `dir` (created if missing) with default
     /// options: see [`FileLogBroker::open_with`].
@@ -227,17 +224,17 @@ impl FileLogBroker {
     pub fn open_with(dir: impl AsRef<Path>, options: FileLogOptions) -> BrokerResult<Self> {
         let dir = dir.as_ref();
         let started = std::time::Instant::now();
-        let opened = recover::open(dir, options)?;
+        let mut opened = recover::open(dir, options)?;
         tracing::info!(
             dir = %dir.display(),
             entries = opened.entries,
             took = ?started.elapsed(),
             "file log opened"
         );
-        let wants_compaction = Arc::clone(&opened.store.wants_compaction);
         // A long journal slows every reopen: start from a fresh snapshot.
         if opened.store.journal_outgrew_snapshot() {
-            wants_compaction.store(true, Ordering::Relaxed);
+            opened.store.wants_compaction = true;
+            opened.store.compact_if_wanted(&opened.engine);
         }
         let syncer = Arc::clone(&opened.store.syncer);
         let durability: Arc<dyn Durability> = syncer.clone();
@@ -247,18 +244,14 @@ impl FileLogBroker {
             Some(durability),
             Clock::new(),
         );
-        let broker = FileLogBroker {
+        Ok(FileLogBroker {
             inner,
             shared: Arc::new(Shared {
                 dir: dir.to_owned(),
-                wants_compaction,
-                retention: options.retention != Retention::default(),
                 syncer,
                 _lock: opened.lock,
             }),
-        };
-        broker.upkeep();
-        Ok(broker)
+        })
     }
 
     /// The directory it lives in.
@@ -275,15 +268,9 @@ impl FileLogBroker {
 
     /// Applies the retention policy now (it also runs after publishes).
     pub async fn enforce_retention(&self) -> BrokerResult<()> {
-        self.shared.syncer.check()?;
         let now = self.inner.clock().now_ms();
-        let targets = self
-            .inner
-            .with_persistence_mut(|store, _| store.retention_targets(now));
-        for (stream, below) in targets {
-            self.inner.trim(&stream, Trim::MinId(below)).await?;
-        }
-        Ok(())
+        self.inner
+            .with_persistence_mut(|store, engine| store.enforce_retention(engine, now))
     }
 
     /// Makes everything written so far durable now, whatever the
@@ -309,236 +296,12 @@ impl FileLogBroker {
     pub fn inject_write_failure(&self, stream: Option<&str>) {
         self.shared.syncer.failpoints.fail_next_write(stream);
     }
-
-    /// Upkeep after a call: compaction when the journal has grown.
-    fn upkeep(&self) {
-        if self.shared.syncer.stopped() {
-            return;
-        }
-        if self.shared.wants_compaction.swap(false, Ordering::Relaxed)
-            && let Err(error) = self.compact()
-        {
-            tracing::error!(%error, "compacting the group-state journal failed");
-        }
-    }
-
-    async fn after_publish(&self) {
-        self.upkeep();
-        if self.shared.retention
-            && !self.shared.syncer.stopped()
-            && let Err(error) = self.enforce_retention().await
-        {
-            tracing::error!(%error, "applying retention failed");
-        }
-    }
-}
-
-/// Fails the call at once if the broker has stopped, or if the check given
-/// fails; then runs the delegated call and the broker's upkeep.
-macro_rules! delegate {
-    ($self:ident . $call:ident ( $($arg:expr),* ) $(, check $check:expr)?) => {{
-        if let Err(error) = $self.shared.syncer.check() $(.and_then(|()| $check))? {
-            return ready(Err(error));
-        }
-        let call = $self.inner.$call($($arg),*);
-        Box::pin(async move {
-            let out = call.await;
-            $self.upkeep();
-            out
-        })
-    }};
-}
-
-/// Fails the call at once if the broker has stopped (what is in memory may
-/// not be on disk), else passes it on.
-macro_rules! inspect {
-    ($self:ident . $call:ident ( $($arg:expr),* )) => {{
-        if let Err(error) = $self.shared.syncer.check() {
-            return ready(Err(error));
-        }
-        $self.inner.$call($($arg),*)
-    }};
 }
 
 impl Broker for FileLogBroker {
-    fn name(&self) -> &'static str {
-        "filelog"
-    }
-
-    fn failure(&self) -> Option<String> {
-        self.shared.syncer.failure()
-    }
-
-    fn check_mode(&self, mode: ReadMode) -> BrokerFuture<'_, ()> {
-        self.inner.check_mode(mode)
-    }
-
-    fn publish<'a>(&'a self, stream: &'a str, message: Message) -> BrokerFuture<'a, EntryId> {
-        let checked = self
-            .shared
-            .syncer
-            .check()
-            .and_then(|()| check_stream(stream))
-            .and_then(|()| check_messages(stream, std::iter::once(&message)));
-        if let Err(error) = checked {
-            return ready(Err(error));
-        }
-        let call = self.inner.publish(stream, message);
-        Box::pin(async move {
-            let out = call.await;
-            self.after_publish().await;
-            out
-        })
-    }
-
-    fn publish_batch<'a>(
-        &'a self,
-        stream: &'a str,
-        messages: Vec<Message>,
-    ) -> BrokerFuture<'a, Vec<EntryId>> {
-        let checked = self
-            .shared
-            .syncer
-            .check()
-            .and_then(|()| check_stream(stream))
-            .and_then(|()| check_messages(stream, messages.iter()));
-        if let Err(error) = checked {
-            return ready(Err(error));
-        }
-        let call = self.inner.publish_batch(stream, messages);
-        Box::pin(async move {
-            let out = call.await;
-            self.after_publish().await;
-            out
-        })
-    }
-
-    fn ensure_group<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        start: StreamStart,
-    ) -> BrokerFuture<'a, bool> {
-        delegate!(self.ensure_group(stream, group, start), check
-            check_stream(stream).and_then(|()| check_name(NameKind::Group, group)))
-    }
-
-    fn set_group_position<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        start: StreamStart,
-    ) -> BrokerFuture<'a, ()> {
-        delegate!(self.set_group_position(stream, group, start))
-    }
-
-    fn read<'a>(&'a self, mut request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
-        request.count = request.count.min(MAX_READ_COUNT);
-        delegate!(self.read(request))
-    }
-
-    fn ack<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        delegate!(self.ack(stream, group, ids), check
-            check_journal_record("an ack", stream, ids.len(), 0))
-    }
-
-    fn retry<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-        how: Retry,
-    ) -> BrokerFuture<'a, u64> {
-        delegate!(self.retry(stream, group, ids, how), check
-            check_journal_record("a retry", stream, ids.len(), 0))
-    }
-
-    fn dead_letter<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-        reason: &'a str,
-    ) -> BrokerFuture<'a, u64> {
-        delegate!(self.dead_letter(stream, group, ids, reason), check
-            check_journal_record("a dead letter", stream, ids.len(), reason.len()))
-    }
-
-    fn redrive<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        delegate!(self.redrive(stream, group, ids), check
-            check_journal_record("a redrive", stream, ids.len(), 0))
-    }
-
-    fn discard<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        delegate!(self.discard(stream, group, ids), check
-            check_journal_record("a discard", stream, ids.len(), 0))
-    }
-
-    fn trim<'a>(&'a self, stream: &'a str, trim: Trim) -> BrokerFuture<'a, u64> {
-        delegate!(self.trim(stream, trim))
-    }
-
-    fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo> {
-        inspect!(self.group_info(stream, group))
-    }
-
-    fn consumers<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-    ) -> BrokerFuture<'a, Vec<ConsumerInfo>> {
-        inspect!(self.consumers(stream, group))
-    }
-
-    fn pending<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        from: EntryId,
-        count: usize,
-        consumer: Option<&'a str>,
-    ) -> BrokerFuture<'a, Vec<PendingEntry>> {
-        inspect!(self.pending(stream, group, from, count, consumer))
-    }
-
-    fn dead_letters<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        from: EntryId,
-        count: usize,
-    ) -> BrokerFuture<'a, Vec<DeadLetter>> {
-        inspect!(self.dead_letters(stream, group, from, count))
-    }
-
-    fn range<'a>(
-        &'a self,
-        stream: &'a str,
-        from: EntryId,
-        to: EntryId,
-        count: usize,
-    ) -> BrokerFuture<'a, Vec<Entry>> {
-        inspect!(self.range(stream, from, to, count))
-    }
-
-    fn stream_info<'a>(&'a self, stream: &'a str) -> BrokerFuture<'a, Option<StreamInfo>> {
-        inspect!(self.stream_info(stream))
-    }
+    forward_broker!(inner: name, failure, check_mode, publish, publish_batch, ensure_group,
+        set_group_position, read, ack, retry, dead_letter, redrive, discard, group_info,
+        consumers, pending, dead_letters, range, stream_info, trim);
 }
 
 #[cfg(test)]

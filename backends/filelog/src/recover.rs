@@ -5,7 +5,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use ruststream_core::{BrokerError, BrokerResult, EntryId};
 use ruststream_engine::{Change, Engine};
@@ -388,7 +387,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
         },
         snapshot_bytes,
         syncer,
-        wants_compaction: Arc::new(AtomicBool::new(false)),
+        wants_compaction: false,
         compaction_retry_at: 0,
         undo: None,
         created_streams: Vec::new(),

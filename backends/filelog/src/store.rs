@@ -7,14 +7,13 @@ use std::io::Write;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use ruststream_core::{BrokerError, BrokerResult, EntryId};
+use ruststream_core::{BrokerError, BrokerResult, EntryId, Message, Trim};
 use ruststream_engine::{Change, Engine};
-use ruststream_memory::Persistence;
+use ruststream_local::Persistence;
 
 use crate::format;
-use crate::options::FileLogOptions;
+use crate::options::{FileLogOptions, Retention};
 use crate::sync::{Syncer, write_or_inject};
 use crate::undo::{self, UndoPlan};
 
@@ -91,7 +90,9 @@ pub(crate) struct Store {
     /// compacting.
     pub(crate) snapshot_bytes: u64,
     pub(crate) syncer: Arc<Syncer>,
-    pub(crate) wants_compaction: Arc<AtomicBool>,
+    /// The journal has grown enough to be compacted: done by the upkeep
+    /// after the call that grew it.
+    pub(crate) wants_compaction: bool,
     /// After a failed compaction, the journal size at which to try again
     /// (not on every call while the disk is full).
     pub(crate) compaction_retry_at: u64,
@@ -454,7 +455,7 @@ impl Store {
             .max(self.snapshot_bytes.saturating_mul(4))
             .max(self.compaction_retry_at);
         if journal.bytes > threshold {
-            self.wants_compaction.store(true, Ordering::Relaxed);
+            self.wants_compaction = true;
         }
         Ok(())
     }
@@ -620,7 +621,7 @@ impl Store {
     /// `compact_journal_bytes`.
     pub(crate) fn compact(&mut self, engine: &Engine) -> BrokerResult<()> {
         self.syncer.check()?;
-        self.wants_compaction.store(false, Ordering::Relaxed);
+        self.wants_compaction = false;
         let result = self.write_snapshot(engine);
         if result.is_err() && !self.syncer.stopped() {
             self.compaction_retry_at = self
@@ -629,6 +630,17 @@ impl Store {
                 .saturating_add(self.options.compact_journal_bytes);
         }
         result
+    }
+
+    /// Compacts if the journal has grown enough. A failure is logged, not
+    /// returned: the call that grew the journal went through, and the next
+    /// try waits for more growth (see [`Store::compact`]).
+    pub(crate) fn compact_if_wanted(&mut self, engine: &Engine) {
+        if std::mem::take(&mut self.wants_compaction)
+            && let Err(error) = self.compact(engine)
+        {
+            tracing::error!(%error, "compacting the group-state journal failed");
+        }
     }
 
     fn write_snapshot(&mut self, engine: &Engine) -> BrokerResult<()> {
@@ -748,9 +760,27 @@ impl Store {
         }
         out
     }
+
+    /// Trims every stream over its retention limits ([`Store::retention_targets`]),
+    /// each trim persisted as a call of its own would be.
+    pub(crate) fn enforce_retention(
+        &mut self,
+        engine: &mut Engine,
+        now_ms: u64,
+    ) -> BrokerResult<()> {
+        self.syncer.check()?;
+        let mut changes = Vec::new();
+        for (stream, below) in self.retention_targets(now_ms) {
+            engine.trim(&stream, Trim::MinId(below))?;
+            self.persist_recorded(engine, &mut changes)?;
+        }
+        Ok(())
+    }
 }
 
 impl Persistence for Store {
+    const MAX_READ_COUNT: usize = crate::MAX_READ_COUNT;
+
     fn name(&self) -> &'static str {
         "filelog"
     }
@@ -795,6 +825,34 @@ impl Persistence for Store {
             self.syncer.fail_stop(format!(
                 "a failed write could not be taken back from memory: {error}"
             ));
+        }
+    }
+
+    fn check_stream(stream: &str) -> BrokerResult<()> {
+        crate::check_stream(stream)
+    }
+
+    fn check_messages(stream: &str, messages: &[Message]) -> BrokerResult<()> {
+        crate::check_messages(stream, messages.iter())
+    }
+
+    fn check_group_change(call: &str, stream: &str, ids: usize, extra: usize) -> BrokerResult<()> {
+        crate::check_journal_record(call, stream, ids, extra)
+    }
+
+    /// Compaction when the journal has grown, and retention after a
+    /// publish. A stopped store does neither: it takes no more writes.
+    fn upkeep(&mut self, engine: &mut Engine, now_ms: u64, published: bool) {
+        if self.syncer.stopped() {
+            return;
+        }
+        self.compact_if_wanted(engine);
+        if published
+            && self.options.retention != Retention::default()
+            && !self.syncer.stopped()
+            && let Err(error) = self.enforce_retention(engine, now_ms)
+        {
+            tracing::error!(%error, "applying retention failed");
         }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use ruststream_core::{BrokerError, BrokerFuture, BrokerResult};
-use ruststream_memory::Durability;
+use ruststream_local::Durability;
 use tokio::sync::Notify;
 
 use crate::options::SyncPolicy;
@@ -257,6 +257,10 @@ impl Durability for Syncer {
             SyncPolicy::EveryPublish => Box::pin(self.wait_for(ticket)),
             SyncPolicy::Interval(_) => Box::pin(std::future::ready(Ok(()))),
         }
+    }
+
+    fn failure(&self) -> Option<String> {
+        Syncer::failure(self)
     }
 }
 

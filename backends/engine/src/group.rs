@@ -1,0 +1,268 @@
+//! Consumer groups: a group's cursor, pending list (with its indexes by
+//! time) and consumers; creating groups and moving their cursors.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use ruststream_core::{BrokerResult, EntryId, StreamStart};
+
+use crate::dead::Dead;
+use crate::idmap::IdMap;
+use crate::stream::StreamChange;
+use crate::{Engine, GroupChange};
+
+/// A consumer group: its cursor, pending list and dead letters.
+#[derive(Debug)]
+pub(crate) struct Group {
+    pub(crate) cursor: EntryId,
+    pub(crate) pending: IdMap<Pending>,
+    /// Held entries as (last delivery time, id), in delivery order, which is
+    /// time order while the clock does not step back. Kept lazily: acks and
+    /// redeliveries leave stale records behind, which reads drop from the
+    /// front (and compact when they pile up), so the hot path pays one
+    /// push per delivery instead of two tree updates.
+    pub(crate) held_by_time: VecDeque<(u64, EntryId)>,
+    /// Owed entries by (due time, id).
+    pub(crate) owed_by_time: BTreeSet<(u64, EntryId)>,
+    pub(crate) consumers: Vec<Consumer>,
+    pub(crate) consumer_index: HashMap<String, u32>,
+    pub(crate) dead: BTreeMap<EntryId, Dead>,
+    /// Changes not yet taken, when recording (see [`crate::journal`]).
+    pub(crate) log: Option<Vec<GroupChange>>,
+}
+
+/// A consumer of a group, numbered in the order it joined.
+#[derive(Debug)]
+pub(crate) struct Consumer {
+    pub(crate) name: String,
+    pub(crate) seen_ms: u64,
+}
+
+/// An entry of a group's pending list.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pending {
+    pub(crate) claim: Claim,
+    pub(crate) times_delivered: u32,
+    /// Last delivery time for a held entry; when it became owed for an
+    /// owed one. Idle time is measured from here.
+    pub(crate) since_ms: u64,
+}
+
+/// Who a pending entry waits on: the consumer holding it, or nobody until
+/// it falls due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    Held { consumer: u32 },
+    Owed { due_ms: u64 },
+}
+
+impl Group {
+    pub(crate) fn new(cursor: EntryId, recording: bool) -> Self {
+        Group {
+            log: recording.then(Vec::new),
+            cursor,
+            pending: IdMap::default(),
+            held_by_time: VecDeque::new(),
+            owed_by_time: BTreeSet::new(),
+            consumers: Vec::new(),
+            consumer_index: HashMap::new(),
+            dead: BTreeMap::new(),
+        }
+    }
+
+    pub(crate) fn consumer(&mut self, name: &str, now_ms: u64) -> u32 {
+        if let Some(&ix) = self.consumer_index.get(name) {
+            self.consumers[ix as usize].seen_ms = now_ms;
+            return ix;
+        }
+        let ix = u32::try_from(self.consumers.len()).unwrap_or(u32::MAX);
+        self.consumers.push(Consumer {
+            name: name.to_owned(),
+            seen_ms: now_ms,
+        });
+        self.consumer_index.insert(name.to_owned(), ix);
+        self.record(|| GroupChange::Consumer {
+            name: name.to_owned(),
+        });
+        ix
+    }
+
+    pub(crate) fn record(&mut self, change: impl FnOnce() -> GroupChange) {
+        if let Some(log) = &mut self.log {
+            log.push(change());
+        }
+    }
+
+    /// Settles `id`: takes it out of the pending list (recorded).
+    pub(crate) fn remove_pending(&mut self, id: EntryId) -> Option<Pending> {
+        let p = self.take_pending(id)?;
+        self.record(|| GroupChange::Settled { id });
+        Some(p)
+    }
+
+    /// Settles every pending id of `ids` (recorded); returns how many.
+    pub(crate) fn settle_all(&mut self, ids: &[EntryId]) -> u64 {
+        let Group {
+            pending,
+            owed_by_time,
+            log,
+            ..
+        } = self;
+        let mut n = 0;
+        pending.remove_all(ids, |id, p| {
+            // Held records go stale and are dropped lazily (`unindex`).
+            if let Claim::Owed { due_ms } = p.claim {
+                owed_by_time.remove(&(due_ms, id));
+            }
+            if let Some(log) = log {
+                log.push(GroupChange::Settled { id });
+            }
+            n += 1;
+        });
+        n
+    }
+
+    /// Takes `id` out of the pending list and its index, unrecorded: the
+    /// caller records where it goes next.
+    pub(crate) fn take_pending(&mut self, id: EntryId) -> Option<Pending> {
+        let p = self.pending.remove(&id)?;
+        self.unindex(id, &p);
+        Some(p)
+    }
+
+    /// Takes each pending id of `ids` out of the pending list and its
+    /// index, unrecorded, and hands it to `then`, which records where it
+    /// goes next; ids that are not pending are passed over. Returns how many
+    /// were pending.
+    pub(crate) fn move_pending(
+        &mut self,
+        ids: &[EntryId],
+        mut then: impl FnMut(&mut Group, EntryId, Pending),
+    ) -> u64 {
+        let mut n = 0;
+        for &id in ids {
+            let Some(p) = self.take_pending(id) else {
+                continue;
+            };
+            then(self, id, p);
+            n += 1;
+        }
+        n
+    }
+
+    pub(crate) fn set_cursor(&mut self, cursor: EntryId) {
+        if self.cursor != cursor {
+            self.cursor = cursor;
+            self.record(|| GroupChange::Cursor { cursor });
+        }
+    }
+
+    fn unindex(&mut self, id: EntryId, p: &Pending) {
+        // Held records go stale and are dropped lazily (see `held_by_time`).
+        if let Claim::Owed { due_ms } = p.claim {
+            self.owed_by_time.remove(&(due_ms, id));
+        }
+    }
+
+    /// Puts `id` in the pending list (recorded).
+    pub(crate) fn insert_pending(&mut self, id: EntryId, p: Pending) {
+        self.record(|| GroupChange::of_pending(id, &p));
+        self.put_pending(id, p);
+    }
+
+    pub(crate) fn put_pending(&mut self, id: EntryId, p: Pending) {
+        if let Some(old) = self.pending.insert(id, p) {
+            self.unindex(id, &old);
+        }
+        match p.claim {
+            Claim::Held { .. } => self.held_by_time.push_back((p.since_ms, id)),
+            Claim::Owed { due_ms } => {
+                self.owed_by_time.insert((due_ms, id));
+            }
+        }
+    }
+
+    /// Whether a `held_by_time` record still describes the entry's claim.
+    pub(crate) fn is_current(&self, since_ms: u64, id: EntryId) -> bool {
+        self.pending
+            .get(&id)
+            .is_some_and(|p| p.since_ms == since_ms && matches!(p.claim, Claim::Held { .. }))
+    }
+
+    /// Drops stale records from the front of `held_by_time`, and compacts
+    /// it when stale records behind a long-held entry pile up.
+    pub(crate) fn prune_held(&mut self) {
+        while let Some(&(since, id)) = self.held_by_time.front() {
+            if self.is_current(since, id) {
+                break;
+            }
+            self.held_by_time.pop_front();
+        }
+        if self.held_by_time.len() > 2 * self.pending.len() + 1024 {
+            let mut queue = std::mem::take(&mut self.held_by_time);
+            queue.retain(|&(since, id)| self.is_current(since, id));
+            self.held_by_time = queue;
+        }
+    }
+
+    pub(crate) fn holds(&self, id: &EntryId) -> bool {
+        self.pending.contains_key(id) || self.dead.contains_key(id)
+    }
+}
+
+impl Engine {
+    /// Creates `group` at `start` (and the stream if needed). Returns
+    /// `false`, changing nothing, if the group exists (`docs/semantics.md`,
+    /// rule 1).
+    pub fn ensure_group(
+        &mut self,
+        stream: &str,
+        group: &str,
+        start: StreamStart,
+        now_ms: u64,
+    ) -> bool {
+        let _ = now_ms;
+        let recording = self.recording;
+        let s = self.stream_entry(stream);
+        if s.groups.contains_key(group) {
+            return false;
+        }
+        let cursor = s.start_position(start);
+        s.groups
+            .insert(group.to_owned(), Group::new(cursor, recording));
+        if let Some(log) = &mut s.log {
+            log.push(StreamChange::GroupCreated {
+                group: group.to_owned(),
+                cursor,
+            });
+        }
+        true
+    }
+
+    /// Checks that a group of `stream` may start at (or move its cursor to)
+    /// `start`: never past the last id the stream ever had, where it would
+    /// pass over what is appended until the clock reaches that id.
+    pub fn check_start(&self, stream: &str, start: StreamStart) -> BrokerResult<()> {
+        let last = self
+            .streams
+            .get(stream)
+            .map_or(EntryId::ZERO, |s| s.last_id);
+        start.check_within(stream, last)
+    }
+
+    /// Moves an existing group's cursor; pending entries and dead letters
+    /// stay as they are. Moving it back re-delivers settled (acked or
+    /// discarded) entries as new; entries still pending or dead-lettered are
+    /// passed over by new reads.
+    pub fn set_group_position(
+        &mut self,
+        stream: &str,
+        group: &str,
+        start: StreamStart,
+    ) -> BrokerResult<()> {
+        self.check_start(stream, start)?;
+        let s = self.stream_mut(stream, group)?;
+        let cursor = s.start_position(start);
+        s.group_mut(stream, group)?.set_cursor(cursor);
+        Ok(())
+    }
+}

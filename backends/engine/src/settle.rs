@@ -1,0 +1,92 @@
+//! Settling what a group has pending: acks, and retries (with a copy, or
+//! after a delay).
+
+use std::sync::Arc;
+
+use ruststream_core::{BrokerResult, EntryId};
+
+use crate::Engine;
+use crate::group::{Claim, Pending};
+use crate::stream::CopyOf;
+
+/// How a retried entry ended up: its id and, for a copy, the copy's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retried {
+    /// The pending entry that was retried.
+    pub original: EntryId,
+    /// The id of the copy appended for it (only for retry with copy).
+    pub copy: Option<EntryId>,
+}
+
+impl Engine {
+    /// Acknowledges entries (`docs/semantics.md`, rule 6: idempotent).
+    /// Returns how many left the pending list.
+    pub fn ack(&mut self, stream: &str, group: &str, ids: &[EntryId]) -> BrokerResult<u64> {
+        let s = self.stream_mut(stream, group)?;
+        let g = s.group_mut(stream, group)?;
+        let n = g.settle_all(ids);
+        s.release(ids.iter().copied());
+        Ok(n)
+    }
+
+    /// Retry with copy: for each pending id, appends a copy for this group
+    /// carrying the original's delivery count, and acknowledges the
+    /// original, in one step.
+    pub fn retry_copy(
+        &mut self,
+        stream: &str,
+        group: &str,
+        ids: &[EntryId],
+        now_ms: u64,
+    ) -> BrokerResult<Vec<Retried>> {
+        let s = self.stream_mut(stream, group)?;
+        s.group(stream, group)?;
+        let mut out = Vec::new();
+        for &id in ids {
+            let g = s.group_mut(stream, group)?;
+            let Some(p) = g.remove_pending(id) else {
+                continue;
+            };
+            let Some(message) = s.find(id).map(|st| Arc::clone(&st.message)) else {
+                continue;
+            };
+            let copy = Arc::new(CopyOf {
+                group: group.to_owned(),
+                times_delivered: p.times_delivered,
+            });
+            let copy_id = s.append(message, Some(copy), now_ms);
+            out.push(Retried {
+                original: id,
+                copy: Some(copy_id),
+            });
+        }
+        s.release(ids.iter().copied());
+        Ok(out)
+    }
+
+    /// Retry after a delay: each pending id is held by nobody and owed again
+    /// at `now_ms + delay_ms` (`docs/semantics.md`, rule 7; 0 is an
+    /// immediate nack).
+    pub fn retry_after(
+        &mut self,
+        stream: &str,
+        group: &str,
+        ids: &[EntryId],
+        delay_ms: u64,
+        now_ms: u64,
+    ) -> BrokerResult<u64> {
+        let g = self.stream_mut(stream, group)?.group_mut(stream, group)?;
+        Ok(g.move_pending(ids, |g, id, p| {
+            g.insert_pending(
+                id,
+                Pending {
+                    claim: Claim::Owed {
+                        due_ms: now_ms.saturating_add(delay_ms),
+                    },
+                    times_delivered: p.times_delivered,
+                    since_ms: now_ms,
+                },
+            );
+        }))
+    }
+}
