@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod broker;
+#[cfg(feature = "clock")]
 mod clock;
 mod error;
 mod forward;
@@ -16,12 +17,15 @@ mod id;
 mod info;
 mod message;
 mod names;
+mod options;
 
 pub use broker::{Broker, BrokerFuture, ReadBatch, ReadMode, ReadRequest, Retry, Trim};
+#[cfg(feature = "clock")]
 pub use clock::Clock;
 pub use error::{BrokerError, BrokerResult};
 pub use headers::Headers;
 pub use id::{EntryId, ParseEntryIdError};
 pub use info::{ConsumerInfo, DeadLetter, GroupInfo, PendingEntry, StreamInfo, StreamStart};
 pub use message::{Delivery, Entry, Message};
+pub use options::{CountOption, Counts, check_prefetch_covers_workers};
 pub use names::{MAX_NAME_LEN, NameKind, NameRules, check_name, check_stream_group};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ruststream_core::{Broker, BrokerError, EntryId, NameKind, check_name};
+use ruststream_core::{Broker, BrokerError, Counts, EntryId, NameKind, check_name};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -399,21 +399,15 @@ impl Plan {
         if let Err(error) = names {
             return Err(invalid(error.to_string()));
         }
-        if subscription.workers == 0 {
-            return Err(invalid("workers must be at least 1".into()));
-        }
-        if subscription
-            .prefetch
-            .is_some_and(|p| p < subscription.workers)
-        {
-            return Err(invalid(format!(
-                "prefetch({}) is below workers({}): lanes would sit idle; raise prefetch or drop it",
-                subscription.prefetch.unwrap_or_default(),
-                subscription.workers
-            )));
-        }
-        if subscription.max_deliveries == Some(0) {
-            return Err(invalid("max_deliveries must be at least 1".into()));
+        // The counts' rules live in the core, where the macro applies them
+        // to literals at compile time.
+        let counts = Counts {
+            workers: subscription.workers as u64,
+            prefetch: subscription.prefetch.map(|p| p as u64),
+            max_deliveries: subscription.max_deliveries.map(u64::from),
+        };
+        if let Err(detail) = counts.validate() {
+            return Err(invalid(detail));
         }
         let consumer = match subscription.stream.consumer_name() {
             Some(name) => name.to_owned(),

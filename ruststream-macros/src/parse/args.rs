@@ -14,6 +14,9 @@ use syn::{
     Expr, ExprCall, ExprLit, ExprMethodCall, ExprPath, ExprUnary, Ident, Lit, Token, UnOp, token,
 };
 
+use ruststream_core::{
+    BrokerError, CountOption, NameKind, check_name, check_prefetch_covers_workers,
+};
 use crate::ctxt::Ctxt;
 
 /// How one option of `#[subscriber]` is written, for messages.
@@ -364,7 +367,7 @@ impl SubscriberArgs {
                 self.reply = Some(keyword);
             }
             OptionName::MaxDeliveries(keyword) => {
-                let Some(count) = single_count(cx, "max_deliveries", keyword.span, args) else {
+                let Some(count) = single_count(cx, CountOption::MaxDeliveries, keyword.span, args) else {
                     return;
                 };
                 if count.literal.is_some_and(|n| n > u64::from(u32::MAX)) {
@@ -373,7 +376,7 @@ impl SubscriberArgs {
                 self.max_deliveries = Some(count);
             }
             OptionName::Prefetch(keyword) => {
-                self.prefetch = single_count(cx, "prefetch", keyword.span, args);
+                self.prefetch = single_count(cx, CountOption::Prefetch, keyword.span, args);
             }
             OptionName::ByKey(keyword) => cx.error_at(
                 keyword.span,
@@ -404,14 +407,9 @@ impl SubscriberArgs {
             .as_ref()
             .and_then(|p| p.literal.map(|n| (n, &p.expr)));
         if let (Some(workers), Some((prefetch, expr))) = (workers, prefetch)
-            && prefetch < workers
+            && let Err(message) = check_prefetch_covers_workers(prefetch, workers)
         {
-            cx.error_spanned_by(
-                expr,
-                format!(
-                    "`prefetch({prefetch})` is less than `workers({workers})`: read ahead at least one entry per worker"
-                ),
-            );
+            cx.error_spanned_by(expr, message);
         }
     }
 }
@@ -426,7 +424,7 @@ fn workers(cx: &Ctxt, span: Span, args: Option<OptionArgs>) -> Option<Workers> {
         "workers(8)` or `workers(8, by_key)",
     )?;
     let mut args = args.into_iter();
-    let count = args.next().map(|n| count(cx, "workers", n));
+    let count = args.next().map(|n| count(cx, CountOption::Workers, n));
     let by_key = match args.next() {
         None => false,
         Some(Expr::Path(path)) if syn::parse2::<kw::by_key>(path.to_token_stream()).is_ok() => true,
@@ -451,15 +449,18 @@ fn workers(cx: &Ctxt, span: Span, args: Option<OptionArgs>) -> Option<Workers> {
 }
 
 /// The one count argument of `max_deliveries(n)` or `prefetch(n)`.
-fn single_count(cx: &Ctxt, option: &str, span: Span, args: Option<OptionArgs>) -> Option<Count> {
-    let example = format!("{option}(5)");
-    let mut args = expect_args(cx, option, span, args, &example)?.into_iter();
+fn single_count(
+    cx: &Ctxt,
+    option: CountOption,
+    span: Span,
+    args: Option<OptionArgs>,
+) -> Option<Count> {
+    let name = option.name();
+    let example = format!("{name}(5)");
+    let mut args = expect_args(cx, name, span, args, &example)?.into_iter();
     let first = args.next()?;
     if let Some(extra) = args.next() {
-        cx.error_spanned_by(
-            &extra,
-            format!("`{option}` takes one argument: `{example}`"),
-        );
+        cx.error_spanned_by(&extra, format!("`{name}` takes one argument: `{example}`"));
     }
     Some(count(cx, option, first))
 }
@@ -490,29 +491,38 @@ fn expect_args(
 
 /// A count option's argument. A literal must be a whole number of at least
 /// one; any other expression is taken as is (and checked at start-up).
-fn count(cx: &Ctxt, option: &str, expr: Expr) -> Count {
+fn count(cx: &Ctxt, option: CountOption, expr: Expr) -> Count {
     let literal = match &expr {
         Expr::Lit(ExprLit {
             lit: Lit::Int(int), ..
         }) => match int.base10_parse::<u64>() {
-            Ok(0) => {
-                cx.error_spanned_by(int, zero_message(option));
-                None
-            }
-            Ok(n) => Some(n),
+            // The rule lives in the core, where the app checks it again at
+            // start-up for counts that are not literals.
+            Ok(n) => match option.check(n) {
+                Ok(()) => Some(n),
+                Err(message) => {
+                    cx.error_spanned_by(int, message);
+                    None
+                }
+            },
             Err(error) => {
                 cx.syn_error(error);
                 None
             }
         },
         Expr::Lit(lit) => {
-            cx.error_spanned_by(lit, format!("`{option}` takes a whole number"));
+            cx.error_spanned_by(
+                lit,
+                format!("`{}` takes a whole number", option.name()),
+            );
             None
         }
         Expr::Unary(ExprUnary {
             op: UnOp::Neg(_), ..
         }) => {
-            cx.error_spanned_by(&expr, zero_message(option));
+            if let Err(message) = option.check(0) {
+                cx.error_spanned_by(&expr, message);
+            }
             None
         }
         _ => None,
@@ -520,17 +530,6 @@ fn count(cx: &Ctxt, option: &str, expr: Expr) -> Count {
     Count { expr, literal }
 }
 
-/// Why a count option cannot be zero (or less).
-fn zero_message(option: &str) -> String {
-    let why = match option {
-        "workers" => "it is how many handlers run at once",
-        "max_deliveries" => {
-            "it is how many deliveries an entry gets; leave the option out for no bound"
-        }
-        _ => "it is how many entries are read ahead of the handlers",
-    };
-    format!("`{option}` must be at least 1: {why}")
-}
 
 /// An option where the descriptor should be: it was left out, or put after
 /// the options.
@@ -617,6 +616,14 @@ fn check_descriptor(cx: &Ctxt, descriptor: &Expr) -> Result<Option<Reads>, Optio
                 format!("`.{method}(..)` takes one argument"),
             );
         }
+        let kind = match method.as_str() {
+            "group" => Some(NameKind::Group),
+            "consumer" => Some(NameKind::Consumer),
+            _ => None,
+        };
+        if let (Some(kind), Some(arg)) = (kind, call.args.first()) {
+            check_literal_name(cx, kind, arg);
+        }
         if method == "group"
             && let Some(reads) = &mut reads
         {
@@ -633,6 +640,24 @@ fn check_descriptor(cx: &Ctxt, descriptor: &Expr) -> Result<Option<Reads>, Optio
         );
     }
     Ok(reads)
+}
+
+/// Checks a name given as a string literal against the rules every broker
+/// applies (the core's, which the app checks again at start-up for names
+/// that are not literals).
+fn check_literal_name(cx: &Ctxt, kind: NameKind, arg: &Expr) {
+    if let Expr::Lit(ExprLit {
+        lit: Lit::Str(name),
+        ..
+    }) = arg
+        && let Err(error) = check_name(kind, &name.value())
+    {
+        let message = match error {
+            BrokerError::InvalidArgument(message) => message,
+            other => other.to_string(),
+        };
+        cx.error_spanned_by(name, message);
+    }
 }
 
 /// Whether `path` names a `#[subscriber]` option (the user left out the
@@ -697,6 +722,9 @@ fn check_constructor(cx: &Ctxt, call: &ExprCall) -> Result<Option<Reads>, NotADe
             call.paren_token.span.join(),
             format!("`{ty_name}::{ctor_name}` takes {}", constructor.usage),
         );
+    }
+    if let Some(stream) = call.args.first() {
+        check_literal_name(cx, NameKind::Stream, stream);
     }
     let mut args = call.args.iter().cloned();
     Ok(Some(Reads {

@@ -162,6 +162,11 @@ fn decide(seed: u64, group: &str, key: Key, count: u32) -> Decision {
     let entry = (u64::from(key.n) << 32) | u64::from(key.attempt);
     let h = mix(seed ^ mix(salt ^ mix(entry ^ mix(u64::from(count)))));
     let dead = || Decision::Dead(format!("chaos: {key} delivery {count} in {group}"));
+    if is_wide(key.n) {
+        // A wide entry is retried (a copy, on a new subscription), then
+        // dead-lettered: the multi-step changes it must survive.
+        return if count == 0 { Decision::Retry } else { dead() };
+    }
     if count >= 5 {
         // Bounded: every entry is done with after a few deliveries.
         return if h.is_multiple_of(5) {
@@ -495,11 +500,16 @@ const WIDE_EVERY: u32 = 97;
 /// The headers of a wide entry (each is two values in a Redis entry).
 const WIDE_FIELDS: usize = 4_500;
 
+/// Whether entry `n` is a wide one.
+fn is_wide(n: u32) -> bool {
+    n % WIDE_EVERY == 13
+}
+
 /// The message of a publish attempt: its key as the payload, and for every
 /// `WIDE_EVERY`-th entry thousands of headers.
 fn message(key: Key) -> Message {
     let mut message = Message::new(key.payload());
-    if key.n % WIDE_EVERY == 13 {
+    if is_wide(key.n) {
         for i in 0..WIDE_FIELDS {
             message = message.with_header(format!("wide-{i}"), "v");
         }
