@@ -93,6 +93,27 @@ impl<'a> ReadRequest<'a> {
         }
     }
 
+    /// Checks the request before a broker does anything with it: a count of
+    /// at least 1 and names the rules allow (the consumer is created by
+    /// its first read). Every broker calls this first.
+    ///
+    /// ```
+    /// use ruststream_core::{ReadMode, ReadRequest};
+    ///
+    /// let empty = ReadRequest::new("jobs", "workers", "w1", ReadMode::New, 0);
+    /// assert!(empty.validate().unwrap_err().to_string().contains("asked for 0 entries"));
+    /// ```
+    pub fn validate(&self) -> crate::BrokerResult<()> {
+        if self.count == 0 {
+            return Err(crate::BrokerError::InvalidArgument(format!(
+                "read from group {:?} on stream {:?} asked for 0 entries; count must be at least 1",
+                self.group, self.stream
+            )));
+        }
+        crate::check_stream_group(self.stream, self.group)?;
+        crate::check_name(crate::NameKind::Consumer, self.consumer)
+    }
+
     /// The same read, blocking up to `block`.
     pub fn block(mut self, block: Duration) -> Self {
         self.block = Some(block);

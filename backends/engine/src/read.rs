@@ -208,12 +208,7 @@ impl Handout {
 impl Engine {
     /// Reads from a group; see [`ReadMode`] for what each mode hands out.
     pub fn read(&mut self, req: &ReadRequest<'_>, now_ms: u64) -> BrokerResult<ReadBatch> {
-        if req.count == 0 {
-            return Err(BrokerError::InvalidArgument(format!(
-                "read from group {:?} on stream {:?} asked for 0 entries; count must be at least 1",
-                req.group, req.stream
-            )));
-        }
+        req.validate()?;
         let wants_new = matches!(req.mode, ReadMode::New | ReadMode::Claiming { .. });
         let s = self.stream_mut(req.stream, req.group)?;
         let g = s.group_mut(req.stream, req.group)?;

@@ -442,10 +442,9 @@ impl<P: Persistence> Broker for LocalBroker<P> {
 
     fn read<'a>(&'a self, mut request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
         request.count = request.count.min(P::MAX_READ_COUNT);
-        // A read creates its consumer: its name must be one the rules allow.
-        let checked = self
-            .admit()
-            .and_then(|()| check_name(NameKind::Consumer, request.consumer));
+        // Checked here as well as by the engine, so that a bad request
+        // fails before a blocking read starts waiting.
+        let checked = self.admit().and_then(|()| request.validate());
         if let Err(error) = checked {
             return ready(Err(error));
         }
