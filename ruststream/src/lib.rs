@@ -77,6 +77,13 @@ pub use ruststream_filelog::{FileLogBroker, FileLogOptions, Retention, SyncPolic
 pub use ruststream_redis::RedisBroker;
 
 /// Everything a service module needs: `use ruststream::prelude::*;`.
+///
+/// It brings serde's `Deserialize` and `Serialize` (the traits and their
+/// derives), but the code `#[derive(Deserialize)]` writes names the crate
+/// `serde`: a service that derives them depends on `serde` itself, with
+/// `features = ["derive"]`. [`Broker`] is here so that a broker's own
+/// calls (`broker.group_info(..)`, `broker.stream_info(..)`) work on a
+/// `MemoryBroker` or `FileLogBroker` value.
 pub mod prelude {
     #[cfg(feature = "filelog")]
     pub use crate::FileLogBroker;
@@ -85,9 +92,9 @@ pub mod prelude {
     #[cfg(feature = "redis")]
     pub use crate::RedisBroker;
     pub use crate::{
-        App, AppInfo, Context, DELIVERY_COUNT_HEADER, EntryId, HandlerOutcome, IDLE_MS_HEADER,
-        Outgoing, PARTITION_KEY_HEADER, Publish, Publisher, RedisStream, RustStream, Stream,
-        StreamStart, subscriber,
+        App, AppInfo, Broker, Context, DELIVERY_COUNT_HEADER, EntryId, HandlerOutcome,
+        IDLE_MS_HEADER, Outgoing, PARTITION_KEY_HEADER, Publish, Publisher, RedisStream,
+        RustStream, Stream, StreamStart, subscriber,
     };
     pub use serde::{Deserialize, Serialize};
     pub use std::time::Duration;
@@ -111,6 +118,23 @@ pub mod __private {
 /// from `RUST_LOG` (default `info`), the app until SIGINT or SIGTERM, then a
 /// graceful shutdown. Exits with status 1 and the error on stderr if the app
 /// cannot start.
+///
+/// `#[ruststream::app]` on `fn app()` writes `fn main() { ruststream::run_main(app) }`;
+/// write that `main` by hand when the attribute does not fit (an app
+/// function outside the crate root, or a `main` that does something first):
+///
+/// ```no_run
+/// use ruststream::prelude::*;
+///
+/// fn app() -> impl App {
+///     RustStream::new(AppInfo::new("payments", "0.1.0"))
+///         .with_broker(MemoryBroker::new(), |_| {})
+/// }
+///
+/// fn main() {
+///     ruststream::run_main(app);
+/// }
+/// ```
 pub fn run_main<A: App>(make_app: fn() -> A) {
     run_main_with(async move { Ok::<A, String>(make_app()) });
 }
@@ -118,6 +142,20 @@ pub fn run_main<A: App>(make_app: fn() -> A) {
 /// [`run_main`] for an app that is built inside the runtime (for example
 /// after asking a broker what it can serve); an `Err` from `make_app` is
 /// printed and the process exits with status 1. For a hand-written `main`.
+///
+/// ```no_run
+/// use ruststream::prelude::*;
+///
+/// fn main() {
+///     ruststream::run_main_with(async {
+///         // Building the app can fail here: the error is printed, exit status 1.
+///         let broker = FileLogBroker::open("payments-data").map_err(|e| e.to_string())?;
+///         let app = RustStream::new(AppInfo::new("payments", "0.1.0"))
+///             .with_broker(broker, |_| {});
+///         Ok::<_, String>(app)
+///     });
+/// }
+/// ```
 pub fn run_main_with<A, E>(make_app: impl std::future::Future<Output = Result<A, E>>)
 where
     A: App,

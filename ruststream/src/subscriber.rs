@@ -80,8 +80,18 @@ pub fn registered_subscribers() -> impl Iterator<Item = &'static Registration> {
 /// fewer instructions for a three-field struct, see BENCHMARKS.md). A
 /// payload that is not UTF-8 as a whole is refused (JSON text must be
 /// UTF-8), even where the bad bytes sit in a field `T` ignores.
+///
+/// An empty payload is no JSON value at all: it is what a Redis entry
+/// written by another client without a `payload` field reads as, so the
+/// error says that rather than serde's "EOF while parsing a value".
 pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
     let type_name = std::any::type_name::<T>;
+    if payload.is_empty() {
+        return Err(format!(
+            "cannot decode the payload as {}: the entry has no `payload` field (or an empty one)",
+            type_name()
+        ));
+    }
     let text = std::str::from_utf8(payload).map_err(|e| {
         format!(
             "cannot decode the payload as {}: not UTF-8 text ({e})",
@@ -104,5 +114,37 @@ pub fn reply<T: Outgoing + Serialize>(value: &T) -> Settle {
             std::any::type_name::<T>(),
             T::STREAM
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode;
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Payment {
+        #[allow(dead_code)]
+        id: u64,
+    }
+
+    #[test]
+    fn an_empty_payload_is_reported_as_a_missing_payload_field() {
+        let error = decode::<Payment>(b"").unwrap_err();
+        assert!(
+            error.contains("the entry has no `payload` field"),
+            "{error}"
+        );
+        assert!(error.contains("Payment"), "{error}");
+        assert!(!error.contains("EOF"), "{error}");
+    }
+
+    #[test]
+    fn other_decode_errors_keep_serdes_words() {
+        let error = decode::<Payment>(br#"{"id":"x"}"#).unwrap_err();
+        assert!(error.starts_with("cannot decode the payload as"), "{error}");
+        assert!(error.contains("invalid type"), "{error}");
+        let error = decode::<Payment>(b"{").unwrap_err();
+        assert!(error.contains("EOF"), "{error}");
+        assert!(decode::<Payment>(br#"{"id":1}"#).is_ok());
     }
 }

@@ -138,6 +138,11 @@ pub enum DemoError {
     Start(StartError),
     /// Publishing a sample failed.
     Publish(ruststream::PublishError),
+    /// The broker already holds the demo's streams, left by an earlier run
+    /// (the demo would count their entries too and never add up).
+    Leftover(String),
+    /// The broker could not say whether it holds the demo's streams.
+    Broker(ruststream::BrokerError),
     /// Not everything settled within the simulated time limit.
     Stuck(String),
 }
@@ -147,6 +152,11 @@ impl std::fmt::Display for DemoError {
         match self {
             DemoError::Start(e) => write!(f, "the service did not start: {e}"),
             DemoError::Publish(e) => write!(f, "publishing a sample payment failed: {e}"),
+            DemoError::Leftover(what) => write!(
+                f,
+                "the broker holds data from an earlier run ({what}); the demo needs an empty one"
+            ),
+            DemoError::Broker(e) => write!(f, "cannot look at the broker: {e}"),
             DemoError::Stuck(what) => write!(f, "the demo did not settle: {what}"),
         }
     }
@@ -155,8 +165,10 @@ impl std::fmt::Display for DemoError {
 impl std::error::Error for DemoError {}
 
 /// Runs the demo on `broker` (on a paused clock: call it from a
-/// current-thread runtime with the clock paused).
+/// current-thread runtime with the clock paused). The broker must not hold
+/// the demo's streams yet: see [`check_empty`].
 pub async fn run(broker: Arc<dyn Broker>) -> Result<Summary, DemoError> {
+    check_empty(&*broker).await?;
     let started = Instant::now();
     let printer = Arc::new(Printer {
         started,
@@ -208,18 +220,26 @@ pub async fn run(broker: Arc<dyn Broker>) -> Result<Summary, DemoError> {
     settled.map(|()| summary)
 }
 
-/// Refuses to run the demo on a server that already holds its streams
-/// (their old entries would be screened again and spoil the summary).
-pub async fn check_empty(broker: &dyn Broker) -> Result<(), String> {
+/// Refuses to run the demo on a broker that already holds its streams, as
+/// a `--data` directory or a Redis database an earlier run used does:
+/// their old entries would be screened again and the count of screened
+/// payments would never match, so the demo would wait for nothing.
+pub async fn check_empty(broker: &dyn Broker) -> Result<(), DemoError> {
     for stream in ["payments", "payments.screened"] {
         match broker.stream_info(stream).await {
             Ok(None) => {}
-            Ok(Some(_)) => {
-                return Err(format!(
-                    "stream {stream:?} already exists there; run the demo on an empty database, e.g. redis://127.0.0.1:6379/15 after FLUSHDB"
-                ));
+            Ok(Some(info)) => {
+                let groups = if info.groups.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and groups {}", info.groups.join(", "))
+                };
+                return Err(DemoError::Leftover(format!(
+                    "stream {stream:?} exists, with {} entries{groups}",
+                    info.length
+                )));
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(DemoError::Broker(e)),
         }
     }
     Ok(())

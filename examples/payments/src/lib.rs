@@ -14,7 +14,6 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use ruststream::Broker;
 use ruststream::prelude::*;
 
 pub mod demo;

@@ -4,7 +4,8 @@
 //! payments [--data DIR]          run the service on the durable file log in DIR
 //!                                (default ./payments-data) until Ctrl-C or SIGTERM
 //! payments demo [--data DIR]     publish sample payments, print what happens, exit
-//!                                (default: a fresh temporary directory, removed after)
+//!                                (default: a fresh temporary directory, removed after;
+//!                                a DIR an earlier run left data in is refused)
 //! payments ... --memory          use the in-memory broker instead of the file log
 //! payments ... --redis URL       use Redis Streams at URL (the demo then runs in
 //!                                real time, about a minute, on an empty database)
@@ -87,6 +88,20 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// What to do about a broker an earlier run left data in.
+fn leftover_hint(args: &Args) -> String {
+    if args.redis.is_some() {
+        "run the demo on an empty database, e.g. redis://127.0.0.1:6379/15 after FLUSHDB".into()
+    } else if let Some(dir) = &args.data {
+        format!(
+            "{} is a data directory an earlier run left: remove it, name a new directory with --data, or leave --data out for a fresh temporary one",
+            dir.display()
+        )
+    } else {
+        "start from an empty broker".into()
+    }
+}
+
 fn run_demo(args: &Args) -> ExitCode {
     // Redis measures idle and due times on the server: its demo runs in
     // real time. The local brokers follow tokio's clock, paused here.
@@ -105,18 +120,24 @@ fn run_demo(args: &Args) -> ExitCode {
     let scratch =
         std::env::temp_dir().join(format!("ruststream-payments-demo-{}", std::process::id()));
     let remove_after = args.data.is_none() && !args.memory;
+    if remove_after {
+        // Ours alone: a crashed run with the same process id may have left it.
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
     let result = runtime.block_on(async {
         let broker = open_broker(args, scratch.clone())?;
-        if args.redis.is_some() {
-            demo::check_empty(&*broker).await?;
-        }
+        let explain = |e: demo::DemoError| match e {
+            demo::DemoError::Leftover(_) => format!("{e}\n{}", leftover_hint(args)),
+            e => e.to_string(),
+        };
+        demo::check_empty(&*broker).await.map_err(explain)?;
         println!("payments demo: ledger (claiming, workers(8, by_key)) and fraud (from the beginning, replies)");
         if simulated {
             println!("the clock is simulated: waits pass at once, times are simulated seconds\n");
         } else {
             println!("on Redis the demo runs in real time: about a minute\n");
         }
-        demo::run(broker).await.map_err(|e| e.to_string())
+        demo::run(broker).await.map_err(explain)
     });
     if remove_after {
         let _ = std::fs::remove_dir_all(&scratch);

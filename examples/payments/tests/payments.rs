@@ -246,6 +246,102 @@ async fn a_poison_payload_is_dead_lettered_and_can_be_redriven() {
     tb.shutdown().await;
 }
 
+/// An entry with no payload (on Redis: written by another client without a
+/// `payload` field) is dead-lettered saying so, not with serde's "EOF while
+/// parsing a value".
+#[tokio::test]
+async fn an_entry_without_a_payload_is_dead_lettered_saying_so() {
+    let tb = TestApp::start(app()).await.unwrap();
+    let mut message = Message::new(Vec::new());
+    message.headers.insert("tenant", "acme");
+    let empty = tb.publish_raw("payments", message).await.unwrap();
+    tb.run_until_quiet().await;
+
+    for group in ["ledger", "fraud"] {
+        let dead = tb.dead_letters("payments", group).await;
+        assert_eq!(dead.len(), 1, "{group}");
+        assert_eq!(dead[0].id(), empty);
+        let reason = &dead[0].reason;
+        assert!(
+            reason.contains("the entry has no `payload` field"),
+            "{group}: {reason}"
+        );
+        assert!(reason.contains("payments::Payment"), "{group}: {reason}");
+        assert!(!reason.contains("EOF"), "{group}: {reason}");
+    }
+    tb.shutdown().await;
+}
+
+/// The demo refuses a broker that holds its streams already, saying why,
+/// before publishing anything (it would otherwise count the old entries and
+/// report that it "did not settle" after ten simulated minutes).
+#[tokio::test(start_paused = true)]
+async fn the_demo_refuses_a_broker_an_earlier_run_left_data_in() {
+    let broker = MemoryBroker::new();
+    ruststream::Publisher::new(Arc::new(broker.clone()))
+        .publish(&payment(1, "acct-old", 1_00))
+        .await
+        .unwrap();
+    let error = payments::demo::run(Arc::new(broker.clone()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, payments::demo::DemoError::Leftover(_)),
+        "{error}"
+    );
+    let message = error.to_string();
+    assert!(message.contains("earlier run"), "{message}");
+    assert!(message.contains(r#"stream "payments" exists"#), "{message}");
+    assert!(!message.contains("did not settle"), "{message}");
+    assert_eq!(
+        broker
+            .stream_info("payments")
+            .await
+            .unwrap()
+            .unwrap()
+            .length,
+        1,
+        "nothing published"
+    );
+}
+
+/// `payments demo --data DIR` run twice on one directory: the second run
+/// says the directory holds an earlier run's data and what to do, and
+/// exits with an error at once.
+#[test]
+fn the_demo_binary_refuses_a_data_directory_an_earlier_run_left() {
+    let dir = std::env::temp_dir().join(format!(
+        "ruststream-payments-test-leftover-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let demo = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_payments"))
+            .args(["demo", "--data"])
+            .arg(&dir)
+            .output()
+            .unwrap()
+    };
+    let first = demo();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let second = demo();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    assert!(!second.status.success(), "{stdout}");
+    assert!(stderr.contains("data from an earlier run"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} is a data directory", dir.display())),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("did not settle"), "{stderr}");
+    assert!(!stdout.contains("publishing"), "published again: {stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The demo publishes its samples and finishes once everything is settled.
 #[tokio::test(start_paused = true)]
 async fn the_demo_settles_every_payment() {
