@@ -148,21 +148,16 @@ pub fn run<F: Future<Output = ()>>(paused: bool, test: F) {
     runtime.block_on(test);
 }
 
-/// Expands to one `#[test]` per conformance rule for a backend.
-///
-/// `paused` runs each test on a paused tokio clock, `real_time` on the real
-/// one. `$factory` is an `async fn() -> Target` (or a path to one) making a
-/// fresh target per test.
+/// The one list of the suite's rules: every `pub async fn(Target)` test
+/// of this module, in the order they run. It hands the list to a macro
+/// (`$callback!($($args)*; rule, rule, ...)`), so the suite and
+/// [`RULES`] expand from it, and a test checks that every rule defined
+/// here is on it (a rule left off would never run).
+#[doc(hidden)]
 #[macro_export]
-macro_rules! conformance_suite {
-    (paused, $factory:path) => {
-        $crate::conformance_suite!(@each true, $factory);
-    };
-    (real_time, $factory:path) => {
-        $crate::conformance_suite!(@each false, $factory);
-    };
-    (@each $paused:expr, $factory:path) => {
-        $crate::conformance_suite!(@tests $paused, $factory;
+macro_rules! __conformance_rules {
+    ($callback:path, $($args:tt)*) => {
+        $callback!($($args)*;
             ids_are_strictly_increasing,
             payload_and_headers_round_trip_exactly,
             range_reads_replay_in_order,
@@ -203,6 +198,34 @@ macro_rules! conformance_suite {
             bad_names_are_refused_with_the_rule,
             survives_injected_faults,
         );
+    };
+}
+
+/// Names the rules, for [`RULES`].
+macro_rules! rule_names {
+    (; $($name:ident),* $(,)?) => {
+        /// The names of the suite's rules, in the order they run.
+        pub const RULES: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+crate::__conformance_rules!(rule_names,);
+
+/// Expands to one `#[test]` per conformance rule for a backend.
+///
+/// `paused` runs each test on a paused tokio clock, `real_time` on the real
+/// one. `$factory` is an `async fn() -> Target` (or a path to one) making a
+/// fresh target per test.
+#[macro_export]
+macro_rules! conformance_suite {
+    (paused, $factory:path) => {
+        $crate::conformance_suite!(@each true, $factory);
+    };
+    (real_time, $factory:path) => {
+        $crate::conformance_suite!(@each false, $factory);
+    };
+    (@each $paused:expr, $factory:path) => {
+        $crate::__conformance_rules!($crate::conformance_suite, @tests $paused, $factory);
     };
     (@tests $paused:expr, $factory:path; $($name:ident),* $(,)?) => {
         $(
@@ -1325,4 +1348,29 @@ pub async fn bad_names_are_refused_with_the_rule(t: Target) {
     );
     t.publish_all(&s, &["ok"]).await;
     assert_eq!(texts(&t.read_new(&s, "c1", 5).await), ["ok"]);
+}
+
+#[cfg(test)]
+mod rules_listed {
+    /// Every rule this module defines (a `pub async fn NAME(t: Target)`
+    /// here or in a submodule) is on the suite's list, and every name on
+    /// the list is a rule: a rule left off the list would never run.
+    #[test]
+    fn every_rule_defined_is_run() {
+        let sources = [
+            include_str!("conformance.rs"),
+            include_str!("conformance/chaos.rs"),
+        ];
+        let mut defined: Vec<&str> = sources
+            .iter()
+            .flat_map(|source| source.lines())
+            .filter_map(|line| line.strip_prefix("pub async fn "))
+            .filter_map(|rest| rest.strip_suffix("(t: Target) {"))
+            .collect();
+        defined.sort_unstable();
+        let mut listed = super::RULES.to_vec();
+        listed.sort_unstable();
+        assert_eq!(defined, listed, "rules defined vs rules the suite runs");
+        assert!(listed.len() >= 39);
+    }
 }
