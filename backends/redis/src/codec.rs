@@ -1,13 +1,15 @@
-//! The entry field layout, the side keys, and parsing of server replies.
+//! The entry field layout, the arguments the server takes, and reading its
+//! replies.
 //!
 //! Replies are parsed by hand from [`redis::Value`] rather than through the
 //! client's typed helpers: those collect stream fields into a `HashMap`,
 //! which would lose the order of headers.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::Value;
-use ruststream_core::{ConsumerInfo, DeadLetter, Delivery, Entry, EntryId, Message, PendingEntry};
+use ruststream_core::{ConsumerInfo, Delivery, Entry, EntryId, Message};
 
 /// The field holding the payload bytes.
 pub(crate) const PAYLOAD_FIELD: &str = "payload";
@@ -16,41 +18,14 @@ pub(crate) const HEADER_PREFIX: &str = "h:";
 /// The prefix of ruststream's own fields (retry copies, dead letters).
 pub(crate) const RESERVED_PREFIX: &str = "rs:";
 
-/// The names of the keys ruststream keeps beside a stream for one group.
-///
-/// Every one is `rs:{<stream>}:<kind>:<group>`: the stream's name in braces
-/// is a Redis Cluster hash tag, so a group's side keys live in the same slot
-/// as the stream and one script can touch them all. Stream and group names
-/// never contain braces (the broker checks every name it is given), so the
-/// first `}` ends the stream's name, the kind runs to the next `:` and the
-/// group is the rest: no two (stream, kind, group) share a key, and no side
-/// key is a stream's name (those have no braces).
-#[derive(Clone, Debug)]
-pub(crate) struct GroupKeys {
-    /// Sorted set: owed entry id -> due time (server milliseconds).
-    pub(crate) due: String,
-    /// Hash: owed entry id -> "<times delivered> <owed since ms>".
-    pub(crate) owed: String,
-    /// Stream: one entry per dead letter.
-    pub(crate) dead: String,
-    /// Sorted set (all scores 0): "<padded id>:<dead-letter entry id>".
-    pub(crate) dead_index: String,
-    /// Stream: a one-entry stream appended to when entries become owed, so
-    /// that blocked readers wake.
-    pub(crate) wake: String,
-}
+/// The largest COUNT sent to the server: callers may ask for `usize::MAX`
+/// ("all"), which Redis (a signed 64-bit COUNT, and Lua's doubles) would
+/// refuse or mangle.
+pub(crate) const MAX_COUNT: usize = 1 << 30;
 
-impl GroupKeys {
-    pub(crate) fn new(stream: &str, group: &str) -> Self {
-        let key = |kind: &str| format!("rs:{{{stream}}}:{kind}:{group}");
-        GroupKeys {
-            due: key("due"),
-            owed: key("owed"),
-            dead: key("dead"),
-            dead_index: key("dead-index"),
-            wake: key("wake"),
-        }
-    }
+/// A duration as the whole milliseconds Redis takes.
+pub(crate) fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Appends the fields of `message` to an `XADD`: `payload` first (entries
@@ -61,17 +36,6 @@ pub(crate) fn push_fields(cmd: &mut redis::Cmd, message: &Message) {
     for (name, value) in message.headers.iter() {
         cmd.arg(format!("{HEADER_PREFIX}{name}")).arg(value);
     }
-}
-
-/// Appends `id` as `ms-seq` to a command without a heap allocation.
-pub(crate) fn push_id(cmd: &mut redis::Cmd, id: EntryId) {
-    use std::io::Write;
-    let mut buf = [0u8; 41];
-    let mut cursor = std::io::Cursor::new(&mut buf[..]);
-    // 41 bytes hold two u64s and a dash, so the write cannot fail.
-    let _ = write!(cursor, "{}-{}", id.ms, id.seq);
-    let len = usize::try_from(cursor.position()).unwrap_or(0);
-    cmd.arg(&buf[..len]);
 }
 
 /// Decodes an entry's fields into a message. `payload` is the payload (an
@@ -101,7 +65,7 @@ pub(crate) fn decode_fields(fields: &[Value]) -> Message {
     message
 }
 
-fn lossy(bytes: &[u8]) -> String {
+pub(crate) fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -282,245 +246,11 @@ pub(crate) fn entries(value: &Value) -> Result<Vec<Entry>, BadReply> {
     array(value).iter().map(entry).collect()
 }
 
-/// An entry a read script set aside rather than fail half-way (see
-/// `lua/read.lua`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Aside {
-    pub(crate) id: EntryId,
-    /// Its delivery count, as the script saw it.
-    pub(crate) times: u32,
-    /// The reason to dead-letter it with ("" when it is not at its bound).
-    pub(crate) reason: String,
-    /// The server's error, or "" when its dead letter was only too big for
-    /// a script: the broker then dead-letters it itself.
-    pub(crate) error: String,
-}
-
-fn asides(value: &Value) -> Result<Vec<Aside>, BadReply> {
-    array(value)
-        .iter()
-        .map(|row| {
-            let parts = array(row);
-            let [id_value, times, reason, error] = parts else {
-                return Err(bad("set-aside entry", row));
-            };
-            let text_of = |v: &Value| bytes(v).map(lossy).unwrap_or_default();
-            Ok(Aside {
-                id: id(id_value).ok_or_else(|| bad("set-aside id", row))?,
-                times: u32::try_from(int(times).unwrap_or(0).max(0)).unwrap_or(u32::MAX),
-                reason: text_of(reason),
-                error: text_of(error),
-            })
-        })
-        .collect()
-}
-
-/// What the read script returned.
-#[derive(Debug, Default)]
-pub(crate) struct ScriptRead {
-    pub(crate) deliveries: Vec<Delivery>,
-    pub(crate) dead_lettered: Vec<EntryId>,
-    pub(crate) dropped: Vec<EntryId>,
-    /// The server's clock at the read.
-    pub(crate) now_ms: u64,
-    /// When the next owed entry falls due (server clock), if any.
-    pub(crate) next_due_ms: Option<u64>,
-    /// The stream's and the wake stream's last ids (only when nothing was
-    /// delivered): where a blocking wait starts.
-    pub(crate) stream_last: Option<String>,
-    pub(crate) wake_last: Option<String>,
-    /// The XAUTOCLAIM cursor after a reclaim read.
-    pub(crate) cursor: Option<String>,
-    /// Entries the script set aside.
-    pub(crate) aside: Vec<Aside>,
-}
-
-/// Parses the reply of the read script: `{ deliveries, dead ids, dropped
-/// ids, { now, next due, stream last, wake last, cursor }, set aside }`.
-pub(crate) fn script_read(value: &Value) -> Result<ScriptRead, BadReply> {
-    let parts = array(value);
-    let [deliveries, dead, dropped, meta, aside] = parts else {
-        return Err(bad("read script reply", value));
-    };
-    let mut out = ScriptRead::default();
-    for d in array(deliveries) {
-        let item = array(d);
-        let [id_value, fields, count, idle] = item else {
-            return Err(bad("delivery", d));
-        };
-        let id = id(id_value).ok_or_else(|| bad("delivery id", d))?;
-        out.deliveries.push(Delivery {
-            entry: Entry {
-                id,
-                message: Arc::new(decode_fields(array(fields))),
-            },
-            delivery_count: u32::try_from(int(count).unwrap_or(0).max(0)).unwrap_or(u32::MAX),
-            idle_ms: u64::try_from(int(idle).unwrap_or(0)).unwrap_or(0),
-        });
-    }
-    out.dead_lettered = ids(dead)?;
-    out.dropped = ids(dropped)?;
-    let meta = array(meta);
-    let field = |i: usize| meta.get(i);
-    out.now_ms = field(0)
-        .and_then(int)
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| bad("read script clock", value))?;
-    out.next_due_ms = field(1).and_then(int).and_then(|n| u64::try_from(n).ok());
-    let nonempty = |v: Option<&Value>| {
-        v.and_then(text)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-    };
-    out.stream_last = nonempty(field(2));
-    out.wake_last = nonempty(field(3));
-    out.cursor = nonempty(field(4));
-    out.aside = asides(aside)?;
-    Ok(out)
-}
-
-/// Parses the reply of the post script: `{ handed back, dead-lettered ids,
-/// set aside }`.
-pub(crate) fn post_reply(value: &Value) -> Result<(Vec<EntryId>, Vec<Aside>), BadReply> {
-    let parts = array(value);
-    let [_, buried, aside] = parts else {
-        return Err(bad("post script reply", value));
-    };
-    Ok((ids(buried)?, asides(aside)?))
-}
-
-/// Appends a settle script could not make itself (see `plan_appends` in
-/// `lua/common.lua`): the key to append to, and per entry the id it is for
-/// and the fields to append.
-pub(crate) struct BigPlan {
-    pub(crate) target: String,
-    pub(crate) items: Vec<(String, Vec<Value>)>,
-}
-
-/// A settle script's reply: its result, or the appends it needs made first.
-pub(crate) enum Settled {
-    Done(Value),
-    Big(BigPlan),
-}
-
-/// Reads a settle script's reply: `{ 'big', target, { { id, fields }, ...
-/// } }` is a plan, anything else its result.
-pub(crate) fn settled(value: Value) -> Result<Settled, BadReply> {
-    let is_big = array(&value).first().and_then(bytes) == Some(b"big".as_slice());
-    if !is_big {
-        return Ok(Settled::Done(value));
-    }
-    let malformed = bad("settle script plan", &value);
-    let Value::Array(parts) = value else {
-        return Err(malformed);
-    };
-    let mut parts = parts.into_iter().skip(1);
-    let (Some(target), Some(Value::Array(rows))) = (parts.next(), parts.next()) else {
-        return Err(malformed);
-    };
-    let Some(target) = text(&target).map(str::to_owned) else {
-        return Err(malformed);
-    };
-    let mut items = Vec::with_capacity(rows.len());
-    for row in rows {
-        let Value::Array(pair) = row else {
-            return Err(malformed);
-        };
-        let mut pair = pair.into_iter();
-        let (Some(id), Some(Value::Array(fields))) = (pair.next(), pair.next()) else {
-            return Err(malformed);
-        };
-        let Some(id) = text(&id).map(str::to_owned) else {
-            return Err(malformed);
-        };
-        items.push((id, fields));
-    }
-    Ok(Settled::Big(BigPlan { target, items }))
-}
-
-/// The count a settle script replied with: `{ n, ... }`.
-pub(crate) fn settled_count(value: &Value) -> u64 {
-    let n = int(value).or_else(|| array(value).first().and_then(int));
-    u64::try_from(n.unwrap_or(0)).unwrap_or(0)
-}
-
-fn ids(value: &Value) -> Result<Vec<EntryId>, BadReply> {
+/// An array reply of entry ids.
+pub(crate) fn ids(value: &Value) -> Result<Vec<EntryId>, BadReply> {
     array(value)
         .iter()
         .map(|v| id(v).ok_or_else(|| bad("entry id", v)))
-        .collect()
-}
-
-/// Parses the reply of the pending script: `{ now, { { id, consumer, idle,
-/// times, owed in (-1: held) }, ... } }`.
-pub(crate) fn pending(value: &Value) -> Result<Vec<PendingEntry>, BadReply> {
-    let rows = array(value).get(1).map(array).unwrap_or(&[]);
-    rows.iter()
-        .map(|row| {
-            let parts = array(row);
-            let [id_value, consumer, idle, times, owed_in] = parts else {
-                return Err(bad("pending entry", row));
-            };
-            let owed_in = int(owed_in).unwrap_or(-1);
-            Ok(PendingEntry {
-                id: id(id_value).ok_or_else(|| bad("pending id", row))?,
-                consumer: text(consumer)
-                    .filter(|c| !c.is_empty() && owed_in < 0)
-                    .map(str::to_owned),
-                idle_ms: u64::try_from(int(idle).unwrap_or(0)).unwrap_or(0),
-                times_delivered: u32::try_from(int(times).unwrap_or(0)).unwrap_or(u32::MAX),
-                owed_in_ms: u64::try_from(owed_in).ok(),
-            })
-        })
-        .collect()
-}
-
-/// Parses the reply of the dead-letters script: `{ { id, fields }, ... }`,
-/// the fields being those of the dead-letter entry (`rs:id`, `rs:reason`,
-/// `rs:times_delivered`, `rs:dead_at`, `rs:orig`, then the entry's own
-/// fields). A dead retry copy gets the header
-/// [`ORIGINAL_ID_HEADER`](crate::ORIGINAL_ID_HEADER) naming its original.
-pub(crate) fn dead_letters(value: &Value) -> Result<Vec<DeadLetter>, BadReply> {
-    array(value)
-        .iter()
-        .map(|row| {
-            let parts = array(row);
-            let [id_value, fields] = parts else {
-                return Err(bad("dead letter", row));
-            };
-            let fields = array(fields);
-            let meta = |name: &str| {
-                fields
-                    .chunks_exact(2)
-                    .find(|p| bytes(&p[0]) == Some(name.as_bytes()))
-                    .map(|p| &p[1])
-            };
-            let dead_id = id(id_value).ok_or_else(|| bad("dead letter id", row))?;
-            let mut message = decode_fields(fields);
-            if let Some(orig) = meta("rs:orig").and_then(id).filter(|o| *o != dead_id) {
-                message
-                    .headers
-                    .insert(crate::ORIGINAL_ID_HEADER, orig.to_string());
-            }
-            Ok(DeadLetter {
-                entry: Entry {
-                    id: dead_id,
-                    message: Arc::new(message),
-                },
-                reason: meta("rs:reason")
-                    .and_then(bytes)
-                    .map(|b| String::from_utf8_lossy(b).into_owned())
-                    .unwrap_or_default(),
-                times_delivered: meta("rs:times_delivered")
-                    .and_then(int)
-                    .and_then(|n| u32::try_from(n).ok())
-                    .unwrap_or(0),
-                dead_at_ms: meta("rs:dead_at")
-                    .and_then(int)
-                    .and_then(|n| u64::try_from(n).ok())
-                    .unwrap_or(0),
-            })
-        })
         .collect()
 }
 
@@ -685,58 +415,5 @@ mod tests {
         let m = decode_fields(&fields);
         assert!(m.payload.is_empty());
         assert_eq!(m.headers, headers(&[("tenant", "acme")]));
-    }
-
-    #[test]
-    fn side_keys_share_the_stream_hash_tag() {
-        let keys = GroupKeys::new("payments", "ledger");
-        assert_eq!(keys.due, "rs:{payments}:due:ledger");
-        assert_eq!(keys.dead_index, "rs:{payments}:dead-index:ledger");
-        assert_eq!(keys.wake, "rs:{payments}:wake:ledger");
-    }
-
-    #[test]
-    fn parses_a_read_script_reply() {
-        let reply = Value::Array(vec![
-            Value::Array(vec![Value::Array(vec![
-                bulk("5-1"),
-                Value::Array(vec![bulk("payload"), bulk("x")]),
-                Value::Int(2),
-                Value::Int(350),
-            ])]),
-            Value::Array(vec![bulk("4-0")]),
-            Value::Array(vec![]),
-            Value::Array(vec![
-                Value::Int(1_000),
-                Value::Int(-1),
-                bulk(""),
-                bulk(""),
-                bulk("0-0"),
-            ]),
-            Value::Array(vec![Value::Array(vec![
-                bulk("3-0"),
-                Value::Int(4),
-                bulk("delivered 4 times"),
-                bulk(""),
-            ])]),
-        ]);
-        let read = script_read(&reply).unwrap();
-        assert_eq!(read.deliveries[0].id(), EntryId::new(5, 1));
-        assert_eq!(read.deliveries[0].delivery_count, 2);
-        assert_eq!(read.deliveries[0].idle_ms, 350);
-        assert_eq!(read.dead_lettered, [EntryId::new(4, 0)]);
-        assert_eq!((read.now_ms, read.next_due_ms), (1_000, None));
-        assert_eq!(read.stream_last, None);
-        assert_eq!(read.cursor.as_deref(), Some("0-0"));
-        assert_eq!(
-            read.aside,
-            [Aside {
-                id: EntryId::new(3, 0),
-                times: 4,
-                reason: "delivered 4 times".to_owned(),
-                error: String::new(),
-            }]
-        );
-        assert!(script_read(&Value::Nil).is_err());
     }
 }

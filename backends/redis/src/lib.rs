@@ -240,8 +240,10 @@
 
 mod broker;
 mod codec;
-mod error;
+mod keys;
 mod scripts;
+#[cfg(test)]
+mod testing;
 
 pub use broker::{RedisBroker, RedisConfig};
 

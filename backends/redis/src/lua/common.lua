@@ -195,6 +195,29 @@ local function owed_record(owed_key, id)
   return tonumber(times) or 0, tonumber(since) or 0
 end
 
+-- How many times the group delivered `id`, and true when a consumer holds
+-- it (nil when it is owed); nil when the group has it neither way.
+local function delivered(stream, group, owed_key, id)
+  local p = redis.call('XPENDING', stream, group, id, id, 1)
+  if p[1] then
+    return p[1][4], true
+  end
+  return owed_record(owed_key, id), nil
+end
+
+-- The ids in ARGV from `first` on, each once: a call may name an id twice,
+-- and must settle it once.
+local function distinct_ids(first)
+  local ids, seen = {}, {}
+  for i = first, #ARGV do
+    if not seen[ARGV[i]] then
+      seen[ARGV[i]] = true
+      ids[#ids + 1] = ARGV[i]
+    end
+  end
+  return ids
+end
+
 -- Makes `id` owed from `due`, with its delivery count.
 local function owe(due_key, owed_key, id, due, times, since)
   redis.call('ZREM', due_key, id)
@@ -212,10 +235,6 @@ local function max_reason(times, max)
   return 'delivered ' .. times .. ' times, reaching max_deliveries(' .. max .. ')'
 end
 
--- Why the group or the side keys cannot be used, or nil: the group must
--- exist (NOGROUP otherwise), and each side key must be missing or of its
--- type (a key another client overwrote would fail a write half-way).
--- `types` maps key names to 'zset', 'hash' or 'stream'.
 -- Why a side key cannot be used, or nil: each must be missing or of its
 -- type (a key another client overwrote would fail a write half-way).
 -- `types` maps key names to 'zset', 'hash' or 'stream'.
@@ -316,6 +335,19 @@ local function drop_unused(target, all, used)
   if #unused > 0 then
     call_chunked({ 'XDEL', target }, unused)
   end
+end
+
+-- The start of a script that may be given precopied entries: takes them
+-- from ARGV `argv_at` on (see `precopied`), then checks the group and the
+-- side keys (see `preflight`). On a failure, returned fourth, it deletes
+-- the precopied entries, so that the call changes nothing.
+local function begin_settle(target, argv_at, stream, group, types)
+  local pre, pre_all, first = precopied(target, argv_at)
+  local failure = preflight(stream, group, types)
+  if failure then
+    drop_unused(target, pre_all, {})
+  end
+  return pre, pre_all, first, failure
 end
 
 -- Given `plans`, a list of { id = .., fields = .. or nil } (fields: what to

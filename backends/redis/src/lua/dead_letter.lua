@@ -13,31 +13,22 @@
 -- Reply: { dead-lettered count } or the 'big' reply of `plan_appends`.
 local S, DUE, OWED, DEAD, DIX = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local G, REASON, TIMES = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local pre, pre_all, first = precopied(DEAD, 4)
-local failure = preflight(S, G, { [DUE] = 'zset', [OWED] = 'hash', [DEAD] = 'stream', [DIX] = 'zset' })
+local pre, pre_all, first, failure = begin_settle(DEAD, 4, S, G, {
+  [DUE] = 'zset', [OWED] = 'hash', [DEAD] = 'stream', [DIX] = 'zset',
+})
 if failure then
-  drop_unused(DEAD, pre_all, {})
   return redis.error_reply(failure)
 end
 local now = now_ms()
 
-local plans, seen = {}, {}
-for i = first, #ARGV do
-  local id = ARGV[i]
-  if not seen[id] then
-    seen[id] = true
-    local plan = { id = id }
-    local p = redis.call('XPENDING', S, G, id, id, 1)
-    if p[1] then
-      plan.times, plan.held = p[1][4], true
-    else
-      plan.times = owed_record(OWED, id)
-    end
-    if plan.times then
-      local e = redis.call('XRANGE', S, id, id)[1]
-      plan.fields = dead_fields(id, e and e[2] or false, REASON, TIMES or plan.times, now)
-      plans[#plans + 1] = plan
-    end
+local plans = {}
+for _, id in ipairs(distinct_ids(first)) do
+  local plan = { id = id }
+  plan.times, plan.held = delivered(S, G, OWED, id)
+  if plan.times then
+    local e = redis.call('XRANGE', S, id, id)[1]
+    plan.fields = dead_fields(id, e and e[2] or false, REASON, TIMES or plan.times, now)
+    plans[#plans + 1] = plan
   end
 end
 local big = plan_appends(DEAD, plans, pre)

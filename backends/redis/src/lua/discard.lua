@@ -4,10 +4,9 @@
 local S, DEAD, DIX = KEYS[1], KEYS[2], KEYS[3]
 local G = ARGV[1]
 check(S, G, { [DEAD] = 'stream', [DIX] = 'zset' })
-local members, seen = {}, {}
-for i = 2, #ARGV do
-  local member = not seen[ARGV[i]] and dead_member(DIX, ARGV[i])
-  seen[ARGV[i]] = true
+local members = {}
+for _, id in ipairs(distinct_ids(2)) do
+  local member = dead_member(DIX, id)
   if member then
     members[#members + 1] = member
   end

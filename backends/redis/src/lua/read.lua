@@ -93,6 +93,23 @@ local function redeliver(id, fields, times, idle)
   end
 end
 
+-- Hands out re-read pending entries with the delivery counts and idle
+-- times in `held`, an XPENDING reply taken before the read (which bumps
+-- the counts and resets the idle times). An entry XAUTOCLAIM found deleted
+-- is false: skipped.
+local function redeliver_all(entries, held)
+  local meta = {}
+  for _, p in ipairs(held) do
+    meta[p[1]] = p
+  end
+  for _, e in ipairs(entries) do
+    if e then
+      local m = meta[e[1]]
+      redeliver(e[1], e[2], m and m[4] or 1, m and m[3] or 0)
+    end
+  end
+end
+
 -- An entry read past the group's cursor.
 local function deliver_new(id, fields)
   local group = copy_group(fields)
@@ -210,19 +227,9 @@ elseif MODE == 'reclaim' then
     if room <= 0 then
       break
     end
-    local meta = {}
-    for _, p in ipairs(redis.call('XPENDING', S, G, cursor, '+', room * 10)) do
-      meta[p[1]] = p
-    end
+    local held = redis.call('XPENDING', S, G, cursor, '+', room * 10)
     local r = redis.call('XAUTOCLAIM', S, G, C, MIN_IDLE, cursor, 'COUNT', room)
-    for _, e in ipairs(r[2]) do
-      if e then
-        local m = meta[e[1]]
-        local times = m and m[4] or 1
-        local idle = m and m[3] or 0
-        redeliver(e[1], e[2], times, idle)
-      end
-    end
+    redeliver_all(r[2], held)
     -- Entries trimmed from the stream while pending: Redis 7 drops them
     -- from the pending list as it reports them; ack them for older ones.
     for _, id in ipairs(r[3] or {}) do
@@ -268,18 +275,10 @@ elseif MODE == 'claiming' then
     end
   end
 elseif MODE == 'own' then
-  local meta = {}
-  for _, p in ipairs(redis.call('XPENDING', S, G, '(' .. POS, '+', COUNT, C)) do
-    meta[p[1]] = p
-  end
+  local held = redis.call('XPENDING', S, G, '(' .. POS, '+', COUNT, C)
   local reply = redis.call('XREADGROUP', 'GROUP', G, C, 'COUNT', COUNT, 'STREAMS', S, POS)
   if reply then
-    for _, e in ipairs(reply[1][2]) do
-      local m = meta[e[1]]
-      local times = m and m[4] or 1
-      local idle = m and m[3] or 0
-      redeliver(e[1], e[2], times, idle)
-    end
+    redeliver_all(reply[1][2], held)
   end
 end
 

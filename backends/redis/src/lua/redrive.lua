@@ -17,12 +17,10 @@
 -- `plan_appends`.
 local S, DUE, OWED, DEAD, DIX, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local G = ARGV[1]
-local pre, pre_all, first = precopied(S, 2)
-local failure = preflight(S, G, {
+local pre, pre_all, first, failure = begin_settle(S, 2, S, G, {
   [DUE] = 'zset', [OWED] = 'hash', [DEAD] = 'stream', [DIX] = 'zset', [WAKE] = 'stream',
 })
 if failure then
-  drop_unused(S, pre_all, {})
   return redis.error_reply(failure)
 end
 local now = now_ms()
@@ -36,11 +34,9 @@ local function is_lost(fields)
   return false
 end
 
-local plans, seen, lost = {}, {}, {}
-for i = first, #ARGV do
-  local id = ARGV[i]
-  local member = not seen[id] and dead_member(DIX, id)
-  seen[id] = true
+local plans, lost = {}, {}
+for _, id in ipairs(distinct_ids(first)) do
+  local member = dead_member(DIX, id)
   if member then
     local plan = { id = id, member = member, dead_id = member_dead_id(member) }
     if not redis.call('XRANGE', S, id, id)[1] then

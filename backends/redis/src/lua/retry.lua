@@ -20,38 +20,29 @@
 local S, DUE, OWED, WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local G, HOW = ARGV[1], ARGV[2]
 local DELAY = tonumber(ARGV[3])
-local pre, pre_all, first = precopied(S, 4)
-local failure = preflight(S, G, { [DUE] = 'zset', [OWED] = 'hash', [WAKE] = 'stream' })
+local pre, pre_all, first, failure = begin_settle(S, 4, S, G, {
+  [DUE] = 'zset', [OWED] = 'hash', [WAKE] = 'stream',
+})
 if failure then
-  drop_unused(S, pre_all, {})
   return redis.error_reply(failure)
 end
 local now = now_ms()
 
 -- Reads: who holds each id, its count, and (copy) its fields.
-local plans, seen = {}, {}
-for i = first, #ARGV do
-  local id = ARGV[i]
-  if not seen[id] then
-    seen[id] = true
-    local plan = { id = id }
-    local p = redis.call('XPENDING', S, G, id, id, 1)
-    if p[1] then
-      plan.times, plan.held = p[1][4], true
-    else
-      plan.times = owed_record(OWED, id)
-    end
-    if plan.times then
-      if HOW == 'copy' then
-        local e = redis.call('XRANGE', S, id, id)[1]
-        if e then
-          plan.fields = copy_fields(G, plan.times, original_of(id, e[2]), e[2])
-        else
-          plan.dropped = true
-        end
+local plans = {}
+for _, id in ipairs(distinct_ids(first)) do
+  local plan = { id = id }
+  plan.times, plan.held = delivered(S, G, OWED, id)
+  if plan.times then
+    if HOW == 'copy' then
+      local e = redis.call('XRANGE', S, id, id)[1]
+      if e then
+        plan.fields = copy_fields(G, plan.times, original_of(id, e[2]), e[2])
+      else
+        plan.dropped = true
       end
-      plans[#plans + 1] = plan
     end
+    plans[#plans + 1] = plan
   end
 end
 local big = plan_appends(S, plans, pre)

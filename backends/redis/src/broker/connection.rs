@@ -1,0 +1,376 @@
+//! The connections to the server, and turning client errors into
+//! [`BrokerError`]s that name the server, the stream and the group.
+//!
+//! One multiplexed connection (a `ConnectionManager`, which reconnects by
+//! itself) carries every command, pipelined. Blocking waits get connections
+//! of their own, so that a reader blocked for seconds never holds up an ack.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError,
+    ServerErrorKind, Value,
+};
+use ruststream_core::{BrokerError, BrokerResult};
+use tokio::sync::OnceCell;
+
+use super::RedisBroker;
+use crate::codec::{BadReply, ms};
+use crate::scripts::{ScriptError, Scripts};
+
+pub(super) const BROKER: &str = "redis";
+
+/// Connection settings of a [`RedisBroker`].
+///
+/// ```
+/// use std::time::Duration;
+/// use ruststream_redis::{RedisBroker, RedisConfig};
+///
+/// let config = RedisConfig {
+///     response_timeout: Duration::from_secs(2),
+///     ..RedisConfig::default()
+/// };
+/// let broker = RedisBroker::standalone_with("redis://127.0.0.1:6379", config);
+/// # let _ = broker;
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    /// How long to wait for a server's reply before the call fails with a
+    /// (transient) connection error. Blocking waits are not bound by it.
+    /// Default 5 s.
+    pub response_timeout: Duration,
+    /// How long one connection attempt may take. Default 2 s.
+    pub connect_timeout: Duration,
+    /// How many times a lost connection is re-established inside one call
+    /// before the call fails (the runtime then backs off and calls again).
+    /// Default 2.
+    pub reconnect_attempts: usize,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            response_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            reconnect_attempts: 2,
+        }
+    }
+}
+
+/// A broker's connections, made on first use, never at construction: an
+/// app is built before its runtime starts, and the testkit swaps brokers
+/// out.
+pub(super) struct Connections {
+    /// The URL with any password masked: what errors and logs show.
+    url: String,
+    /// The client, or why the URL is not usable (reported on first use).
+    client: Result<Client, String>,
+    config: RedisConfig,
+    manager: OnceCell<ConnectionManager>,
+    /// Idle connections for blocking waits.
+    blocking: Mutex<Vec<MultiplexedConnection>>,
+}
+
+impl Connections {
+    pub(super) fn new(url: &str, config: RedisConfig) -> Self {
+        let shown = redact(url);
+        let client =
+            Client::open(url).map_err(|e| format!("{shown} is not a usable Redis URL: {e}"));
+        Connections {
+            url: shown,
+            client,
+            config,
+            manager: OnceCell::new(),
+            blocking: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(super) fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl RedisBroker {
+    pub(super) fn scope<'a>(&'a self, stream: &'a str, group: Option<&'a str>) -> Scope<'a> {
+        Scope {
+            url: self.url(),
+            stream,
+            group,
+        }
+    }
+
+    pub(super) fn client(&self) -> BrokerResult<&Client> {
+        self.inner
+            .connections
+            .client
+            .as_ref()
+            .map_err(|detail| BrokerError::InvalidArgument(detail.clone()))
+    }
+
+    /// The shared multiplexed connection (made on first use; it reconnects
+    /// by itself after a loss).
+    pub(super) async fn conn(&self) -> BrokerResult<ConnectionManager> {
+        let client = self.client()?;
+        let connections = &self.inner.connections;
+        let config = &connections.config;
+        let manager = connections
+            .manager
+            .get_or_try_init(|| async {
+                let settings = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(config.response_timeout))
+                    .set_connection_timeout(Some(config.connect_timeout))
+                    .set_number_of_retries(config.reconnect_attempts)
+                    .set_min_delay(Duration::from_millis(50))
+                    .set_max_delay(Duration::from_secs(1));
+                ConnectionManager::new_lazy_with_config(client.clone(), settings).map_err(|e| {
+                    BrokerError::Connection {
+                        broker: BROKER,
+                        detail: format!("{}: {e}", connections.url),
+                    }
+                })
+            })
+            .await?;
+        Ok(manager.clone())
+    }
+
+    pub(super) async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        scope: Scope<'_>,
+    ) -> BrokerResult<T> {
+        let mut conn = self.conn().await?;
+        cmd.query_async(&mut conn)
+            .await
+            .map_err(|e| scope.error(&e))
+    }
+
+    /// Runs a script's wrapper on the shared connection, with its errors
+    /// mapped for `scope`.
+    pub(super) async fn script<'a, T, F>(
+        &'a self,
+        scope: Scope<'_>,
+        call: impl FnOnce(&'a Scripts, ConnectionManager) -> F,
+    ) -> BrokerResult<T>
+    where
+        F: Future<Output = Result<T, ScriptError>>,
+    {
+        let conn = self.conn().await?;
+        call(&self.inner.scripts, conn)
+            .await
+            .map_err(|e| scope.script_error(e))
+    }
+
+    /// Sends `pipe` in one round trip.
+    pub(super) async fn pipeline<T: FromRedisValue>(
+        &self,
+        pipe: &Pipeline,
+        scope: Scope<'_>,
+    ) -> BrokerResult<T> {
+        let mut conn = self.conn().await?;
+        pipe.query_async(&mut conn)
+            .await
+            .map_err(|e| scope.error(&e))
+    }
+
+    /// Waits up to `wait` for any of `keys` (stream, last id seen) to get an
+    /// entry after that id, on a connection of its own. Delivers nothing.
+    pub(super) async fn wait_for(
+        &self,
+        keys: &[(String, String)],
+        wait: Duration,
+        scope: Scope<'_>,
+    ) -> BrokerResult<()> {
+        let block_ms = ms(wait).max(1);
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT")
+            .arg(1)
+            .arg("BLOCK")
+            .arg(block_ms)
+            .arg("STREAMS");
+        for (key, _) in keys {
+            cmd.arg(key);
+        }
+        for (_, id) in keys {
+            cmd.arg(id);
+        }
+        let mut conn = self.blocking_conn(scope).await?;
+        // The server answers when the block time passes; the margin covers
+        // the round trip. Past it the connection is presumed dead.
+        let connections = &self.inner.connections;
+        let limit = wait + connections.config.response_timeout;
+        match tokio::time::timeout(limit, cmd.query_async::<Value>(&mut conn)).await {
+            Ok(Ok(_)) => {
+                connections
+                    .blocking
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(conn);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(scope.error(&e)),
+            Err(_) => Err(BrokerError::Connection {
+                broker: BROKER,
+                detail: format!(
+                    "{}: no answer to a blocking wait of {block_ms} ms within {limit:?}",
+                    connections.url
+                ),
+            }),
+        }
+    }
+
+    /// A connection for blocking waits: an idle pooled one, or a new one.
+    /// One that is dropped mid-wait (the read was cancelled) or failed is
+    /// never returned to the pool.
+    async fn blocking_conn(&self, scope: Scope<'_>) -> BrokerResult<MultiplexedConnection> {
+        let connections = &self.inner.connections;
+        let pooled = connections
+            .blocking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop();
+        if let Some(conn) = pooled {
+            return Ok(conn);
+        }
+        let settings = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connections.config.connect_timeout))
+            .set_response_timeout(None);
+        self.client()?
+            .get_multiplexed_async_connection_with_config(&settings)
+            .await
+            .map_err(|e| scope.error(&e))
+    }
+}
+
+/// What a call was about, for error messages.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Scope<'a> {
+    url: &'a str,
+    stream: &'a str,
+    group: Option<&'a str>,
+}
+
+impl Scope<'_> {
+    fn about(&self) -> String {
+        match self.group {
+            Some(group) => format!("stream {:?}, group {:?}", self.stream, group),
+            None => format!("stream {:?}", self.stream),
+        }
+    }
+
+    /// Maps a client error.
+    ///
+    /// - `NOGROUP` (and a missing stream where a group was named) is
+    ///   [`BrokerError::NoGroup`]: the runtime recreates the group.
+    /// - Lost, refused or timed-out connections, and a server that is
+    ///   loading, busy or failing over, are [`BrokerError::Connection`]:
+    ///   transient, the runtime backs off and retries.
+    /// - Anything else is [`BrokerError::Backend`].
+    pub(super) fn error(&self, e: &RedisError) -> BrokerError {
+        if let Some(group) = self.group {
+            let missing_key = e.detail().is_some_and(|d| {
+                d.contains("no such key") || d.contains("requires the key to exist")
+            });
+            if e.code() == Some("NOGROUP") || missing_key {
+                return BrokerError::no_group(self.stream, group);
+            }
+        }
+        if is_transient(e) {
+            return BrokerError::Connection {
+                broker: BROKER,
+                detail: format!("{} ({}): {e}", self.url, self.about()),
+            };
+        }
+        BrokerError::Backend {
+            broker: BROKER,
+            detail: format!("{e} ({}, server {})", self.about(), self.url),
+        }
+    }
+
+    pub(super) fn bad_reply(&self, e: BadReply) -> BrokerError {
+        BrokerError::Backend {
+            broker: BROKER,
+            detail: format!("{} ({}, server {})", e.0, self.about(), self.url),
+        }
+    }
+
+    pub(super) fn script_error(&self, e: ScriptError) -> BrokerError {
+        match e {
+            ScriptError::Server(e) => self.error(&e),
+            ScriptError::Reply(e) => self.bad_reply(e),
+        }
+    }
+}
+
+fn is_transient(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+            )
+        )
+        || matches!(e.code(), Some("BUSY" | "LOADING" | "MASTERDOWN"))
+}
+
+/// `url` with any password replaced by `***`, fit for logs and errors.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let user = match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{user}:***"),
+        None => "***".to_owned(),
+    };
+    format!("{scheme}://{user}@{host}{path}")
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_a_message() {
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact("redis://app:s3cret@cache:6379/2"),
+            "redis://app:***@cache:6379/2"
+        );
+        assert_eq!(redact("rediss://:s3cret@cache"), "rediss://:***@cache");
+        assert_eq!(redact("redis://token@cache/0"), "redis://***@cache/0");
+    }
+
+    #[test]
+    fn nogroup_and_lost_connections_are_classified() {
+        let scope = Scope {
+            url: "redis://h:1",
+            stream: "jobs",
+            group: Some("workers"),
+        };
+        let nogroup = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "NOGROUP",
+            "No such key 'jobs' or consumer group 'workers'".to_owned(),
+        ));
+        let _ = nogroup.code();
+        let lost = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        let mapped = scope.error(&lost);
+        assert!(mapped.is_transient(), "{mapped}");
+        assert!(mapped.to_string().contains("redis://h:1"), "{mapped}");
+        assert!(mapped.to_string().contains("jobs"), "{mapped}");
+    }
+}

@@ -1,0 +1,319 @@
+//! Reads: the four read modes, owed entries first, and blocking.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis::{RedisError, Value};
+use ruststream_core::{BrokerResult, EntryId, ReadBatch, ReadMode, ReadRequest};
+
+use super::{RedisBroker, capability, inspect, settle};
+use crate::codec::{self, BadReply};
+use crate::keys::GroupKeys;
+use crate::scripts::{Aside, Post, ScriptRead};
+
+/// Longest wait between two checks for idle entries in a blocking claiming
+/// or reclaim read.
+const MAX_IDLE_POLL: Duration = Duration::from_secs(1);
+/// Shortest such wait.
+const MIN_IDLE_POLL: Duration = Duration::from_millis(10);
+
+/// `XAUTOCLAIM` cursors by (stream, group, consumer): a reclaim read goes
+/// on where the consumer's last one stopped.
+#[derive(Default)]
+pub(super) struct Cursors(Mutex<HashMap<(String, String, String), String>>);
+
+impl Cursors {
+    fn key(req: &ReadRequest<'_>) -> (String, String, String) {
+        (
+            req.stream.to_owned(),
+            req.group.to_owned(),
+            req.consumer.to_owned(),
+        )
+    }
+
+    fn get(&self, req: &ReadRequest<'_>) -> Option<String> {
+        let cursors = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        cursors.get(&Cursors::key(req)).cloned()
+    }
+
+    fn set(&self, req: &ReadRequest<'_>, cursor: &str) {
+        let mut cursors = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        cursors.insert(Cursors::key(req), cursor.to_owned());
+    }
+}
+
+pub(super) async fn read(broker: &RedisBroker, req: ReadRequest<'_>) -> BrokerResult<ReadBatch> {
+    req.validate()?;
+    capability::check_claiming_once(broker, req.mode).await?;
+    let deadline = req
+        .block
+        .filter(|_| !matches!(req.mode, ReadMode::OwnPending { .. }))
+        .map(|block| tokio::time::Instant::now() + block);
+    loop {
+        let read = read_once(broker, &req).await?;
+        let batch = ReadBatch {
+            deliveries: read.deliveries,
+            dead_lettered: read.dead_lettered,
+        };
+        let Some(deadline) = deadline else {
+            return Ok(batch);
+        };
+        let now = tokio::time::Instant::now();
+        if !batch.deliveries.is_empty() || !batch.dead_lettered.is_empty() || now >= deadline {
+            return Ok(batch);
+        }
+        let mut wait = deadline - now;
+        if let Some(due) = read.next_due_ms {
+            let until_due = Duration::from_millis(due.saturating_sub(read.now_ms).max(1));
+            wait = wait.min(until_due);
+        }
+        if let ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } = req.mode {
+            wait = wait.min((min_idle / 4).clamp(MIN_IDLE_POLL, MAX_IDLE_POLL));
+        }
+        let mut keys = Vec::with_capacity(2);
+        let wake = GroupKeys::new(req.stream, req.group).wake;
+        if !matches!(req.mode, ReadMode::Reclaim { .. }) {
+            // Past the group's cursor nothing is left to read (the read
+            // just found nothing new), so anything appended later wakes
+            // the wait, however late it starts.
+            let after = match read.stream_last {
+                Some(last) => last,
+                None => inspect::cursor_of(broker, req.stream, req.group)
+                    .await?
+                    .to_string(),
+            };
+            keys.push((req.stream.to_owned(), after));
+        }
+        keys.push((wake, read.wake_last.unwrap_or_else(|| "$".to_owned())));
+        broker
+            .wait_for(&keys, wait, broker.scope(req.stream, Some(req.group)))
+            .await?;
+    }
+}
+
+/// One non-blocking read. A `New` read is the hot path: plain commands in
+/// one round trip (so that entries never pass through Lua, which would cost
+/// more than the read itself); every other mode is one script.
+async fn read_once(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<ScriptRead> {
+    if req.mode == ReadMode::New {
+        return read_new(broker, req).await;
+    }
+    read_script(broker, req, false).await
+}
+
+/// The read script: the whole read for `req.mode`, or with `owed_only`
+/// just the owed entries that are due.
+async fn read_script(
+    broker: &RedisBroker,
+    req: &ReadRequest<'_>,
+    owed_only: bool,
+) -> BrokerResult<ScriptRead> {
+    let scope = broker.scope(req.stream, Some(req.group));
+    let cursors = &broker.inner.cursors;
+    let cursor = match req.mode {
+        ReadMode::Reclaim { .. } => cursors.get(req),
+        _ => None,
+    };
+    let mut read = broker
+        .script(scope, |s, conn| {
+            s.read(conn, req, owed_only, cursor.as_deref())
+        })
+        .await?;
+    if let (ReadMode::Reclaim { .. }, Some(cursor)) = (req.mode, &read.cursor) {
+        cursors.set(req, cursor);
+    }
+    let aside = std::mem::take(&mut read.aside);
+    settle_aside(broker, req, aside, &mut read.dead_lettered).await;
+    if !read.dropped.is_empty() {
+        tracing::warn!(
+            stream = req.stream,
+            group = req.group,
+            consumer = req.consumer,
+            ids = ?read.dropped,
+            "pending entries no longer in the stream (trimmed while pending): acked away"
+        );
+    }
+    Ok(read)
+}
+
+async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<ScriptRead> {
+    let scope = broker.scope(req.stream, Some(req.group));
+    let keys = GroupKeys::new(req.stream, req.group);
+    let max = req.max_deliveries.unwrap_or(0);
+    // One round trip of plain commands: the server's clock, the first
+    // owed entry's due time, the wake stream's last id (where a blocking
+    // wait starts), and the read itself.
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("TIME");
+    pipe.cmd("ZRANGE")
+        .arg(&keys.due)
+        .arg(0)
+        .arg(0)
+        .arg("WITHSCORES");
+    pipe.cmd("XREVRANGE")
+        .arg(&keys.wake)
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1);
+    pipe.cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(req.group)
+        .arg(req.consumer)
+        .arg("COUNT")
+        .arg(req.count)
+        .arg("STREAMS")
+        .arg(req.stream)
+        .arg(">");
+    let replies: Vec<Result<Value, RedisError>> = broker.pipeline(&pipe, scope).await?;
+    let [time, first_due, wake, new] = <[_; 4]>::try_from(replies).map_err(|_| {
+        scope.bad_reply(BadReply(
+            "a four-command pipeline did not answer four times".to_owned(),
+        ))
+    })?;
+    let new = new.map_err(|e| scope.error(&e))?;
+    let time = time.map_err(|e| scope.error(&e))?;
+    let first_due = first_due.map_err(|e| scope.error(&e))?;
+    let wake = wake.map_err(|e| scope.error(&e))?;
+    let now_ms =
+        codec::server_time_ms(&time).ok_or_else(|| scope.bad_reply(codec::bad("TIME", &time)))?;
+    let next_due_ms = codec::array(&first_due)
+        .get(1)
+        .and_then(codec::text)
+        .and_then(|t| t.parse::<f64>().ok())
+        .map(|due| due as u64);
+    let mut read = ScriptRead {
+        now_ms,
+        next_due_ms,
+        wake_last: Some(
+            codec::array(&wake)
+                .first()
+                .and_then(|e| codec::array(e).first())
+                .and_then(codec::text)
+                .unwrap_or("0-0")
+                .to_owned(),
+        ),
+        ..ScriptRead::default()
+    };
+    if next_due_ms.is_some_and(|due| due <= now_ms) {
+        // Owed entries are due: they go first. The new entries read
+        // beside them that leave no room are handed back below.
+        match read_script(broker, req, true).await {
+            Ok(owed) => {
+                read.deliveries = owed.deliveries;
+                read.dead_lettered = owed.dead_lettered;
+                read.next_due_ms = owed.next_due_ms;
+            }
+            Err(e) => {
+                tracing::error!(stream = req.stream, group = req.group, error = %e, "owed entries not read");
+            }
+        }
+    }
+    let mut post = Post::default();
+    let mut fresh = Vec::new();
+    for entry in codec::into_stream_entries(new) {
+        let entry = codec::entry_of_read(entry).map_err(|e| scope.bad_reply(e))?;
+        match entry.copy_for {
+            Some(group) if group != req.group => post.ack.push(entry.delivery.id()),
+            Some(_) => {
+                let carried = entry.delivery.delivery_count;
+                if max > 0 && carried >= max {
+                    post.dead.push((entry.delivery.id(), carried));
+                } else {
+                    if carried > 0 {
+                        post.fix.push((entry.delivery.id(), carried));
+                    }
+                    fresh.push(entry.delivery);
+                }
+            }
+            None => fresh.push(entry.delivery),
+        }
+    }
+    let room = req.count.saturating_sub(read.deliveries.len());
+    let beyond = if fresh.len() > room {
+        fresh.split_off(room)
+    } else {
+        Vec::new()
+    };
+    post.back = beyond.iter().map(|d| d.id()).collect();
+    read.deliveries.extend(fresh);
+    if post.is_empty() {
+        return Ok(read);
+    }
+    let posted = broker
+        .script(scope, |s, conn| s.post(conn, req, &post))
+        .await;
+    match posted {
+        Ok((buried, aside)) => {
+            read.dead_lettered.extend(buried);
+            settle_aside(broker, req, aside, &mut read.dead_lettered).await;
+        }
+        Err(e) => {
+            // Entries that could not be handed back are delivered after
+            // all (over the count, rather than stuck pending unseen).
+            // Copies left unsettled stay pending and are settled by their
+            // next claim.
+            tracing::error!(
+                stream = req.stream,
+                group = req.group,
+                error = %e,
+                "could not settle retry copies or hand back entries read beyond the count"
+            );
+            read.deliveries.extend(beyond);
+        }
+    }
+    Ok(read)
+}
+
+/// Deals with the entries a read script set aside rather than fail
+/// half-way: an entry at its attempt bound whose dead letter was too big
+/// for a script is dead-lettered from here (the dead-letter script takes
+/// such appends from the broker); any other is logged. Either way the
+/// entries behind it were read on.
+async fn settle_aside(
+    broker: &RedisBroker,
+    req: &ReadRequest<'_>,
+    aside: Vec<Aside>,
+    dead_lettered: &mut Vec<EntryId>,
+) {
+    if aside.is_empty() {
+        return;
+    }
+    for entry in aside {
+        if !entry.error.is_empty() {
+            tracing::error!(
+                stream = req.stream,
+                group = req.group,
+                id = %entry.id,
+                error = %entry.error,
+                "an owed entry could neither be handed out nor dead-lettered: set aside (owed again in 10 s), \
+                 the entries behind it are read on"
+            );
+            continue;
+        }
+        let dead = settle::dead_letter(
+            broker,
+            req.stream,
+            req.group,
+            &[entry.id],
+            &entry.reason,
+            Some(entry.times),
+        )
+        .await;
+        match dead {
+            Ok(0) => {} // settled by another worker meanwhile
+            Ok(_) => dead_lettered.push(entry.id),
+            Err(e) => tracing::error!(
+                stream = req.stream,
+                group = req.group,
+                id = %entry.id,
+                error = %e,
+                "an entry at max_deliveries could not be dead-lettered: it stays where it was \
+                 (an owed one is owed again in 10 s) and the entries behind it are read on"
+            ),
+        }
+    }
+    dead_lettered.sort_unstable();
+}

@@ -1,0 +1,119 @@
+//! Publishing, and making and moving groups.
+
+use redis::{RedisError, Value};
+use ruststream_core::{BrokerResult, EntryId, Message, StreamStart};
+
+use super::connection::Scope;
+use super::{RedisBroker, check_names};
+use crate::codec;
+
+/// One pipelined `XADD` per message: one round trip per batch.
+pub(super) async fn publish(
+    broker: &RedisBroker,
+    stream: &str,
+    messages: Vec<Message>,
+) -> BrokerResult<Vec<EntryId>> {
+    check_names(stream, None, None)?;
+    if messages.is_empty() {
+        return Ok(Vec::new());
+    }
+    let scope = broker.scope(stream, None);
+    let mut pipe = redis::pipe();
+    for message in &messages {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(stream).arg("*");
+        codec::push_fields(&mut cmd, message);
+        pipe.add_command(cmd);
+    }
+    let replies: Vec<Value> = broker.pipeline(&pipe, scope).await?;
+    replies
+        .iter()
+        .map(|r| codec::id(r).ok_or_else(|| scope.bad_reply(codec::bad("XADD id", r))))
+        .collect()
+}
+
+/// `XGROUP CREATE ... MKSTREAM`; `BUSYGROUP` means the group exists.
+pub(super) async fn ensure_group(
+    broker: &RedisBroker,
+    stream: &str,
+    group: &str,
+    start: StreamStart,
+) -> BrokerResult<bool> {
+    check_names(stream, Some(group), None)?;
+    let scope = broker.scope(stream, Some(group));
+    check_start(broker, stream, start, scope).await?;
+    let mut conn = broker.conn().await?;
+    let created: Result<Value, RedisError> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(group)
+        .arg(start_arg(start))
+        .arg("MKSTREAM")
+        .query_async(&mut conn)
+        .await;
+    match created {
+        Ok(_) => Ok(true),
+        Err(e) if e.code() == Some("BUSYGROUP") => Ok(false),
+        Err(e) => Err(scope.error(&e)),
+    }
+}
+
+/// `XGROUP SETID`.
+pub(super) async fn set_group_position(
+    broker: &RedisBroker,
+    stream: &str,
+    group: &str,
+    start: StreamStart,
+) -> BrokerResult<()> {
+    check_names(stream, Some(group), None)?;
+    let scope = broker.scope(stream, Some(group));
+    check_start(broker, stream, start, scope).await?;
+    let _: Value = broker
+        .query(
+            redis::cmd("XGROUP")
+                .arg("SETID")
+                .arg(stream)
+                .arg(group)
+                .arg(start_arg(start)),
+            scope,
+        )
+        .await?;
+    Ok(())
+}
+
+/// Refuses a start id past the last id `stream` ever had: the group would
+/// pass over everything appended until the clock reached it.
+async fn check_start(
+    broker: &RedisBroker,
+    stream: &str,
+    start: StreamStart,
+    scope: Scope<'_>,
+) -> BrokerResult<()> {
+    if let StreamStart::Id(_) = start {
+        start.check_within(stream, last_id(broker, stream, scope).await?)?;
+    }
+    Ok(())
+}
+
+/// The last id `stream` ever had ([`EntryId::ZERO`] if it does not exist).
+async fn last_id(broker: &RedisBroker, stream: &str, scope: Scope<'_>) -> BrokerResult<EntryId> {
+    let mut conn = broker.conn().await?;
+    let info: Result<Value, RedisError> = redis::cmd("XINFO")
+        .arg("STREAM")
+        .arg(stream)
+        .query_async(&mut conn)
+        .await;
+    match info {
+        Ok(info) => Ok(codec::stream(&info).last_id),
+        Err(e) if e.to_string().contains("no such key") => Ok(EntryId::ZERO),
+        Err(e) => Err(scope.error(&e)),
+    }
+}
+
+fn start_arg(start: StreamStart) -> String {
+    match start {
+        StreamStart::New => "$".to_owned(),
+        StreamStart::Beginning => "0".to_owned(),
+        StreamStart::Id(id) => id.to_string(),
+    }
+}

@@ -1,0 +1,64 @@
+//! The keys ruststream keeps beside a stream for each group.
+
+/// The names of the keys ruststream keeps beside a stream for one group.
+///
+/// Every one is `rs:{<stream>}:<kind>:<group>`: the stream's name in braces
+/// is a Redis Cluster hash tag, so a group's side keys live in the same slot
+/// as the stream and one script can touch them all. Stream and group names
+/// never contain braces (the broker checks every name it is given), so the
+/// first `}` ends the stream's name, the kind runs to the next `:` and the
+/// group is the rest: no two (stream, kind, group) share a key, and no side
+/// key is a stream's name (those have no braces).
+#[derive(Clone, Debug)]
+pub(crate) struct GroupKeys {
+    /// Sorted set: owed entry id -> due time (server milliseconds).
+    pub(crate) due: String,
+    /// Hash: owed entry id -> `"<times delivered> <owed since ms>"`.
+    pub(crate) owed: String,
+    /// Stream: one entry per dead letter.
+    pub(crate) dead: String,
+    /// Sorted set (all scores 0): `"<padded id>:<dead-letter entry id>"`.
+    pub(crate) dead_index: String,
+    /// Stream: a one-entry stream appended to when entries become owed, so
+    /// that blocked readers wake.
+    pub(crate) wake: String,
+}
+
+impl GroupKeys {
+    pub(crate) fn new(stream: &str, group: &str) -> Self {
+        let key = |kind: &str| format!("rs:{{{stream}}}:{kind}:{group}");
+        GroupKeys {
+            due: key("due"),
+            owed: key("owed"),
+            dead: key("dead"),
+            dead_index: key("dead-index"),
+            wake: key("wake"),
+        }
+    }
+
+    /// `stream` and every side key, in the order the scripts that touch
+    /// them all take them as KEYS (read, post, redrive).
+    pub(crate) fn all<'a>(&'a self, stream: &'a str) -> [&'a str; 6] {
+        [
+            stream,
+            &self.due,
+            &self.owed,
+            &self.dead,
+            &self.dead_index,
+            &self.wake,
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn side_keys_share_the_stream_hash_tag() {
+        let keys = GroupKeys::new("payments", "ledger");
+        assert_eq!(keys.due, "rs:{payments}:due:ledger");
+        assert_eq!(keys.dead_index, "rs:{payments}:dead-index:ledger");
+        assert_eq!(keys.wake, "rs:{payments}:wake:ledger");
+    }
+}
