@@ -173,8 +173,8 @@ pub enum Trim {
 ///
 /// Implementations: the memory broker, the file-log broker and the Redis
 /// broker. All of them pass the conformance suite in `ruststream-testkit`,
-/// which is the executable form of the rules documented here (SPEC section
-/// 3). Every call is batch-oriented, safe to call concurrently, and
+/// which is the executable form of the rules documented here and in
+/// `docs/semantics.md`. Every call is batch-oriented, safe to call concurrently, and
 /// idempotent where the description says so.
 ///
 /// Times (idle, delays, block) follow the broker's clock, which for local

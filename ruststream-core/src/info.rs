@@ -68,7 +68,7 @@ pub struct StreamInfo {
     pub groups: Vec<String>,
 }
 
-/// A summary of one consumer group (SPEC section 3, rule 9).
+/// A summary of one consumer group (`docs/semantics.md`, rule 9).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupInfo {
     /// The stream the group reads.

@@ -27,5 +27,5 @@ pub use headers::Headers;
 pub use id::{EntryId, ParseEntryIdError};
 pub use info::{ConsumerInfo, DeadLetter, GroupInfo, PendingEntry, StreamInfo, StreamStart};
 pub use message::{Delivery, Entry, Message};
-pub use options::{CountOption, Counts, check_prefetch_covers_workers};
 pub use names::{MAX_NAME_LEN, NameKind, NameRules, check_name, check_stream_group};
+pub use options::{CountOption, Counts, check_prefetch_covers_workers};

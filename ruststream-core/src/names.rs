@@ -147,7 +147,12 @@ mod tests {
         let err = check_name(NameKind::Stream, &long).unwrap_err().to_string();
         assert!(err.contains("201 bytes long; the limit is 200"), "{err}");
         assert!(check_name(NameKind::Stream, &long[1..]).is_ok());
-        let err = check_name(NameKind::Consumer, "c\u{7}").unwrap_err().to_string();
-        assert!(err.contains("consumer name") && err.contains("control"), "{err}");
+        let err = check_name(NameKind::Consumer, "c\u{7}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("consumer name") && err.contains("control"),
+            "{err}"
+        );
     }
 }

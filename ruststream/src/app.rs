@@ -233,7 +233,9 @@ impl RustStream {
     }
 
     /// Replaces every broker with `broker`, keeping the subscribers: how the
-    /// testkit runs an app on its memory broker.
+    /// testkit runs an app on its memory broker. Test support, not part of
+    /// the documented API.
+    #[doc(hidden)]
     pub fn replace_brokers(mut self, broker: Arc<dyn Broker>) -> Self {
         for setup in &mut self.brokers {
             setup.broker = Arc::clone(&broker);
@@ -553,7 +555,9 @@ impl Running {
     }
 
     /// Entries read from the brokers and not yet settled, over all
-    /// subscriptions.
+    /// subscriptions. Test support (the testkit's quiescence check), not
+    /// part of the documented API.
+    #[doc(hidden)]
     pub fn in_flight(&self) -> u64 {
         self.subscriptions
             .iter()
@@ -590,7 +594,9 @@ impl Running {
         health
     }
 
-    /// Entries read so far over all subscriptions: a progress counter.
+    /// Entries read so far over all subscriptions: a progress counter for
+    /// the testkit's quiescence check, not part of the documented API.
+    #[doc(hidden)]
     pub fn read_so_far(&self) -> u64 {
         self.subscriptions
             .iter()

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-/// How a handler settles its entry. See SPEC section 2 for what each does on
-/// a claiming or reclaim subscription and on a new one.
+/// How a handler settles its entry. See `docs/semantics.md` (Outcomes) for
+/// what each does on a claiming or reclaim subscription and on a new one.
 ///
 /// ```
 /// use std::time::Duration;

@@ -1,5 +1,5 @@
-//! The broker conformance suite: SPEC section 3 as executable tests, one
-//! set for every backend.
+//! The broker conformance suite: the consumer-group rules of
+//! `docs/semantics.md` as executable tests, one set for every backend.
 //!
 //! Each test is an `async fn(Target)`. A backend runs the whole suite with
 //! [`conformance_suite!`](crate::conformance_suite), which expands to one

@@ -4,7 +4,7 @@
 //!   tokio's paused clock, so that a 30-second claim timeout is tested in
 //!   microseconds; records what every subscriber received and how it was
 //!   settled.
-//! - [`conformance`]: the broker conformance suite (SPEC section 3), one
+//! - [`conformance`]: the broker conformance suite (`docs/semantics.md`), one
 //!   parameterised set of tests that every backend runs.
 //! - [`faults`]: [`FaultyBroker`], a broker wrapper that injects failures,
 //!   lost replies, delays and lost consumer groups on a seeded schedule.

@@ -287,7 +287,8 @@ impl Engine {
     }
 
     /// Whether the stream exists.
-    pub fn has_stream(&self, stream: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_stream(&self, stream: &str) -> bool {
         self.streams.contains_key(stream)
     }
 }

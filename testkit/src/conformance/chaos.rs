@@ -525,8 +525,7 @@ impl Run {
         for attempt in 0..100 {
             self.attempts += 1;
             let key = Key { n, attempt };
-            match self.broker.publish(&self.stream, message(key)).await
-            {
+            match self.broker.publish(&self.stream, message(key)).await {
                 Ok(_) => return,
                 Err(e) if e.is_transient() => continue,
                 Err(e) => panic!("publishing {key} failed for good: {e}"),

@@ -1,4 +1,4 @@
-//! The service of SPEC section 1, as written there but on the memory broker
+//! The README's service, as written there but on the memory broker
 //! (`MemoryBroker::new()` in place of `RedisBroker::standalone(..)`), run
 //! end to end: a payment is published, the ledger acks it, the fraud
 //! screen replies.
