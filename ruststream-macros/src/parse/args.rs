@@ -14,10 +14,10 @@ use syn::{
     Expr, ExprCall, ExprLit, ExprMethodCall, ExprPath, ExprUnary, Ident, Lit, Token, UnOp, token,
 };
 
+use crate::ctxt::Ctxt;
 use ruststream_core::{
     BrokerError, CountOption, NameKind, check_name, check_prefetch_covers_workers,
 };
-use crate::ctxt::Ctxt;
 
 /// How one option of `#[subscriber]` is written, for messages.
 #[derive(Debug)]
@@ -367,7 +367,8 @@ impl SubscriberArgs {
                 self.reply = Some(keyword);
             }
             OptionName::MaxDeliveries(keyword) => {
-                let Some(count) = single_count(cx, CountOption::MaxDeliveries, keyword.span, args) else {
+                let Some(count) = single_count(cx, CountOption::MaxDeliveries, keyword.span, args)
+                else {
                     return;
                 };
                 if count.literal.is_some_and(|n| n > u64::from(u32::MAX)) {
@@ -511,10 +512,7 @@ fn count(cx: &Ctxt, option: CountOption, expr: Expr) -> Count {
             }
         },
         Expr::Lit(lit) => {
-            cx.error_spanned_by(
-                lit,
-                format!("`{}` takes a whole number", option.name()),
-            );
+            cx.error_spanned_by(lit, format!("`{}` takes a whole number", option.name()));
             None
         }
         Expr::Unary(ExprUnary {
@@ -529,7 +527,6 @@ fn count(cx: &Ctxt, option: CountOption, expr: Expr) -> Count {
     };
     Count { expr, literal }
 }
-
 
 /// An option where the descriptor should be: it was left out, or put after
 /// the options.
