@@ -5,6 +5,8 @@
 //!   the program's global allocator; it counts only while switched on.
 //! - [`Probe`]: how a benchmark's handlers tell the timing task that the
 //!   last message was handled.
+//! - [`Payment`] and [`payload`]: the message the runtime and Redis
+//!   benchmarks send; [`median`] and [`thousands`] for their reports.
 
 /// Counts heap allocations while switched on.
 ///
@@ -125,4 +127,46 @@ impl Default for Probe {
     fn default() -> Self {
         Probe::new()
     }
+}
+
+/// The message: decoded by both sides, as `&Payment` in the handler.
+#[derive(Debug, serde::Deserialize)]
+pub struct Payment {
+    /// The payment's id.
+    pub id: u64,
+    /// The account it is for.
+    pub account: String,
+    /// Its amount, in cents.
+    pub amount_cents: u64,
+}
+
+/// The `i`th message's payload, e.g.
+/// `{"id":1000042,"account":"acct-000042","amount_cents":4299}`.
+pub fn payload(i: u64) -> Vec<u8> {
+    format!(
+        r#"{{"id":{},"account":"acct-{:06}","amount_cents":{}}}"#,
+        1_000_000 + i,
+        i % 1_000_000,
+        100 + (i * 7919) % 100_000
+    )
+    .into_bytes()
+}
+
+/// The median of `values` (the upper one of an even count); panics on none.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// `1234567.8` as `1,234,568`.
+pub fn thousands(value: f64) -> String {
+    let digits = format!("{value:.0}");
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

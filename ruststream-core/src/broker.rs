@@ -282,6 +282,25 @@ pub trait Broker: Send + Sync + 'static {
         reason: &'a str,
     ) -> BrokerFuture<'a, u64>;
 
+    /// Refreshes `consumer`'s claim on pending entries it holds, for a
+    /// handler that is still working on them: each id pending under
+    /// `consumer` gets its last delivery time reset to now, so that it is
+    /// not idle (and so not claimable by another consumer) until `min_idle`
+    /// after this call (`docs/semantics.md`, rules 3 and 4). Its delivery
+    /// count is left alone: nothing was delivered. Ids not pending, pending
+    /// under another consumer, or owed (held by nobody) are ignored, and a
+    /// consumer the group does not know holds nothing. Returns how many
+    /// claims were refreshed.
+    ///
+    /// No default: a wrapper must decide whether to pass it on.
+    fn extend_claim<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        ids: &'a [EntryId],
+    ) -> BrokerFuture<'a, u64>;
+
     /// Makes dead letters owed again, with their delivery counts reset to
     /// zero. The group's cursor does not move. Returns how many were
     /// redriven; unknown ids are ignored.

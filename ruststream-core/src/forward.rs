@@ -28,8 +28,8 @@
 ///     }
 ///
 ///     forward_broker!(inner: name, check_mode, publish, publish_batch, ensure_group,
-///         set_group_position, ack, retry, dead_letter, redrive, discard, group_info,
-///         consumers, pending, dead_letters, range, stream_info, trim);
+///         set_group_position, ack, retry, dead_letter, extend_claim, redrive, discard,
+///         group_info, consumers, pending, dead_letters, range, stream_info, trim);
 /// }
 /// ```
 #[macro_export]
@@ -128,6 +128,17 @@ macro_rules! forward_broker {
             reason: &'a str,
         ) -> $crate::BrokerFuture<'a, u64> {
             self.$f.dead_letter(stream, group, ids, reason)
+        }
+    };
+    (@method $f:ident extend_claim) => {
+        fn extend_claim<'a>(
+            &'a self,
+            stream: &'a str,
+            group: &'a str,
+            consumer: &'a str,
+            ids: &'a [$crate::EntryId],
+        ) -> $crate::BrokerFuture<'a, u64> {
+            self.$f.extend_claim(stream, group, consumer, ids)
         }
     };
     (@method $f:ident redrive) => {

@@ -116,9 +116,12 @@ pub enum CallKind {
     StreamInfo,
     /// [`Broker::trim`].
     Trim,
+    /// [`Broker::extend_claim`]. Last, so that adding it kept every other
+    /// kind's number, and so the faults a seed draws for them.
+    ExtendClaim,
 }
 
-const KINDS: usize = 18;
+const KINDS: usize = 19;
 
 impl CallKind {
     /// Every kind.
@@ -141,14 +144,17 @@ impl CallKind {
         CallKind::Range,
         CallKind::StreamInfo,
         CallKind::Trim,
+        CallKind::ExtendClaim,
     ];
 
-    /// The calls that settle entries a read handed out.
-    pub const SETTLES: [CallKind; 4] = [
+    /// The calls that settle entries a read handed out, and the one that
+    /// keeps their claims (an outage of the settles stalls it too).
+    pub const SETTLES: [CallKind; 5] = [
         CallKind::Ack,
         CallKind::RetryCopy,
         CallKind::RetryAfter,
         CallKind::DeadLetter,
+        CallKind::ExtendClaim,
     ];
 
     /// The calls that only look (admin and monitoring reads).
@@ -173,6 +179,7 @@ impl CallKind {
                 | CallKind::RetryCopy
                 | CallKind::RetryAfter
                 | CallKind::DeadLetter
+                | CallKind::ExtendClaim
                 | CallKind::Redrive
                 | CallKind::Discard
                 | CallKind::GroupInfo
@@ -203,6 +210,7 @@ impl CallKind {
             CallKind::Range => "range",
             CallKind::StreamInfo => "stream_info",
             CallKind::Trim => "trim",
+            CallKind::ExtendClaim => "extend_claim",
         }
     }
 
@@ -1098,6 +1106,27 @@ impl Broker for FaultyBroker {
         })
     }
 
+    fn extend_claim<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        ids: &'a [EntryId],
+    ) -> BrokerFuture<'a, u64> {
+        // Faulted like a settle (a lost reply reports its ids), but the
+        // entries stay held: nothing leaves the read-ahead accounting.
+        Box::pin(async move {
+            let call = self.begin(CallKind::ExtendClaim);
+            let resolved = self.enter(&call, Some((stream, group))).await?;
+            let inner_group = resolved.as_ref().map_or(group, |r| r.inner.as_str());
+            let result = self
+                .inner
+                .extend_claim(stream, inner_group, consumer, ids)
+                .await;
+            self.leave(&call, resolved.as_ref(), result, |_, _, _| ids.to_vec())
+        })
+    }
+
     fn redrive<'a>(
         &'a self,
         stream: &'a str,
@@ -1415,6 +1444,39 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert!(faults.ack(S, G, &[]).await.is_ok(), "over");
         assert_eq!(faults.injected().of_fault(FaultKind::Before), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_extended_claim_is_faulted_like_a_settle_and_keeps_its_entries_held() {
+        let (inner, faults) = faulty(4);
+        faults.ensure_group(S, G, StreamStart::New).await.unwrap();
+        let a = faults.publish(S, msg("a")).await.unwrap();
+        assert_eq!(read(&faults, 10).await.unwrap(), [a]);
+        faults.script(CallKind::ExtendClaim, 1, Fault::Before);
+        faults.script(CallKind::ExtendClaim, 2, Fault::After);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let idle = async || inner.pending(S, G, a, 1, None).await.unwrap()[0].idle_ms;
+
+        let before = faults.extend_claim(S, G, "c", &[a]).await.unwrap_err();
+        assert!(is_injected(&before), "{before:?}");
+        assert_eq!(idle().await, 100, "nothing applied");
+        let after = faults.extend_claim(S, G, "c", &[a]).await.unwrap_err();
+        assert!(is_injected(&after), "{after:?}");
+        assert_eq!(idle().await, 0, "applied, reply lost");
+        assert_eq!(faults.events()[1].ids, [a]);
+        assert_eq!(faults.extend_claim(S, G, "c", &[a]).await.unwrap(), 1);
+        assert_eq!(faults.held(S, G, "c"), 1, "a refreshed entry is still held");
+
+        faults.outage(&CallKind::SETTLES, Duration::from_secs(1));
+        assert!(faults.extend_claim(S, G, "c", &[a]).await.is_err());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+
+        faults.lose_group(S, G);
+        let lost = faults.extend_claim(S, G, "c", &[a]).await.unwrap_err();
+        assert!(
+            matches!(&lost, BrokerError::NoGroup { group, .. } if group == G),
+            "{lost:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

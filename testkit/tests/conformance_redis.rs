@@ -12,7 +12,6 @@
 //! and trimming deletes entries a group still has pending.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use ruststream_core::{Broker, ReadMode};
 use ruststream_redis::RedisBroker;
@@ -23,17 +22,7 @@ fn url() -> String {
 }
 
 fn prefix() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "rs-test:{}-{:x}-{}:",
-        std::process::id(),
-        nanos,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("rs-test:{}:", ruststream_redis::unique_token())
 }
 
 async fn redis_target() -> Target {

@@ -333,10 +333,14 @@ impl Engine {
     }
 
     /// Ends a rebuild: drops pending entries and dead letters whose
-    /// entries are missing (they never became durable), reporting them.
+    /// entries are missing (they never became durable), reporting them,
+    /// and puts each group's index of held entries back in time order.
     pub fn finish_restore(&mut self) -> RestoreReport {
         let mut report = RestoreReport::default();
         for (name, s) in &mut self.streams {
+            for g in s.groups.values_mut() {
+                g.reindex_held();
+            }
             let mut missing = Vec::new();
             for (group, g) in &s.groups {
                 for id in g.pending.keys().chain(g.dead.keys()) {
@@ -361,6 +365,23 @@ impl Engine {
 }
 
 impl Group {
+    /// Rebuilds `held_by_time` from the pending list, in (last delivery
+    /// time, id) order. Restoring puts entries in the order of their
+    /// changes, which for a snapshot is id order: an entry delivered again
+    /// (claimed, or its claim extended) has a later time than newer ids, and
+    /// left there it would hide idle entries behind it from claiming reads,
+    /// which stop at the first record not yet idle.
+    fn reindex_held(&mut self) {
+        let mut held: Vec<(u64, EntryId)> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| matches!(p.claim, Claim::Held { .. }))
+            .map(|(id, p)| (p.since_ms, *id))
+            .collect();
+        held.sort_unstable();
+        self.held_by_time = held.into();
+    }
+
     fn apply(&mut self, change: GroupChange) {
         match change {
             GroupChange::Consumer { name } => {

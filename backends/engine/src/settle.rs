@@ -1,5 +1,6 @@
 //! Settling what a group has pending: acks, and retries (with a copy, or
-//! after a delay).
+//! after a delay); and refreshing the claim on held entries, which keeps
+//! them pending.
 
 use std::sync::Arc;
 
@@ -88,5 +89,58 @@ impl Engine {
                 },
             );
         }))
+    }
+
+    /// Refreshes `consumer`'s claim on the ids it holds: each one's last
+    /// delivery time becomes `now_ms`, so it is not idle enough to be
+    /// claimed until `min_idle` after now (`docs/semantics.md`, rules 3 and
+    /// 4); its delivery count stays, since nothing was delivered. Ids not
+    /// pending, held by another consumer or owed are passed over, as is a
+    /// consumer the group does not know (it holds nothing, and is not
+    /// created). Returns how many distinct ids were refreshed.
+    ///
+    /// Recorded as a `Held` change with the new time, the same upsert a
+    /// delivery records, so a rebuilt group has the refreshed time.
+    pub fn extend_claim(
+        &mut self,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+        ids: &[EntryId],
+        now_ms: u64,
+    ) -> BrokerResult<u64> {
+        let g = self.stream_mut(stream, group)?.group_mut(stream, group)?;
+        let Some(&ix) = g.consumer_index.get(consumer) else {
+            return Ok(0);
+        };
+        let held = Claim::Held { consumer: ix };
+        // Each id counted once, however often the call names it.
+        let mut distinct = ids.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let mut n = 0;
+        for id in distinct {
+            let Some(&p) = g.pending.get(&id).filter(|p| p.claim == held) else {
+                continue;
+            };
+            n += 1;
+            // Already refreshed this millisecond (or delivered in it):
+            // nothing to change, and no record to add to the time index.
+            if p.since_ms != now_ms {
+                g.insert_pending(
+                    id,
+                    Pending {
+                        since_ms: now_ms,
+                        ..p
+                    },
+                );
+            }
+        }
+        if n > 0 {
+            // A consumer refreshing its claims is alive (as Redis's XCLAIM
+            // marks it seen).
+            g.consumers[ix as usize].seen_ms = now_ms;
+        }
+        Ok(n)
     }
 }

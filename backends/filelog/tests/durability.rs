@@ -5,37 +5,18 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::{TempDir, journal, with_jobs_group};
 use ruststream_core::{
     Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
 };
 use ruststream_filelog::{FileLogBroker, FileLogOptions, Retention};
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "ruststream-filelog-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 fn msg(text: &str) -> Message {
     Message::new(text.as_bytes().to_vec()).with_header("k", text)
@@ -130,12 +111,18 @@ async fn workout(b: &FileLogBroker) {
     b.trim("jobs", Trim::MaxLen(6)).await.unwrap();
 }
 
+/// A broker opened on `dir` after [`workout`].
+async fn worked_out(dir: &Path) -> FileLogBroker {
+    let b = FileLogBroker::open(dir).unwrap();
+    workout(&b).await;
+    b
+}
+
 #[tokio::test]
 async fn everything_survives_a_reopen() {
     let dir = TempDir::new();
     let before = {
-        let b = FileLogBroker::open(&dir.0).unwrap();
-        workout(&b).await;
+        let b = worked_out(&dir.0).await;
         observe(&b).await
     };
     let b = FileLogBroker::open(&dir.0).unwrap();
@@ -150,8 +137,7 @@ async fn everything_survives_a_reopen() {
 async fn a_compacted_journal_reopens_to_the_same_state() {
     let dir = TempDir::new();
     let before = {
-        let b = FileLogBroker::open(&dir.0).unwrap();
-        workout(&b).await;
+        let b = worked_out(&dir.0).await;
         b.compact().unwrap();
         b.ack("jobs", "g1", &[EntryId::new(1, 0)]).await.unwrap();
         let state: Vec<_> = fs::read_dir(dir.0.join("state"))
@@ -185,19 +171,8 @@ fn segments(dir: &Path, stream: &str) -> Vec<PathBuf> {
     out
 }
 
-fn journal(dir: &Path) -> PathBuf {
-    fs::read_dir(dir.join("state"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".log"))
-        .unwrap()
-}
-
 async fn three_entries(dir: &Path) -> Vec<EntryId> {
-    let b = FileLogBroker::open(dir).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = common::open_with_jobs_group(dir).await;
     let ids = b
         .publish_batch("jobs", vec![msg("a"), msg("b"), msg("c")])
         .await
@@ -338,10 +313,7 @@ async fn retention_deletes_whole_segments_but_never_pending_or_dead_entries() {
         },
         ..FileLogOptions::default()
     };
-    let b = FileLogBroker::open_with(&dir.0, options).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = with_jobs_group(FileLogBroker::open_with(&dir.0, options).unwrap()).await;
     let first = b.publish("jobs", msg(&"held".repeat(20))).await.unwrap();
     let second = b.publish("jobs", msg(&"dead".repeat(20))).await.unwrap();
     let got = b

@@ -9,9 +9,11 @@
 mod common;
 
 use std::fs;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
-use common::{TempDir, journal_len};
+use common::{TempDir, journal_len, open_with_jobs_group, with_jobs_group};
 use ruststream_core::{
     Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
 };
@@ -45,10 +47,7 @@ async fn read_new(b: &FileLogBroker, stream: &str, group: &str) -> Vec<String> {
 #[tokio::test]
 async fn an_oversized_record_is_refused_before_anything_changes() {
     let dir = TempDir::new();
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = open_with_jobs_group(&dir.0).await;
     b.publish("jobs", msg("a")).await.unwrap();
     let journal_before = journal_len(&dir.0);
 
@@ -110,10 +109,7 @@ async fn a_stream_name_too_long_for_a_directory_is_refused_and_others_go_on() {
 #[tokio::test]
 async fn an_io_error_on_one_stream_fails_that_call_only() {
     let dir = TempDir::new();
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = open_with_jobs_group(&dir.0).await;
     b.ensure_group("blocked", "g1", StreamStart::Beginning)
         .await
         .unwrap();
@@ -144,10 +140,7 @@ async fn an_io_error_on_one_stream_fails_that_call_only() {
 #[tokio::test]
 async fn a_segment_write_cut_short_is_undone_and_the_log_reopens() {
     let dir = TempDir::new();
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = open_with_jobs_group(&dir.0).await;
     b.publish_batch("jobs", vec![msg("a"), msg("b")])
         .await
         .unwrap();
@@ -171,10 +164,7 @@ async fn a_segment_write_cut_short_is_undone_and_the_log_reopens() {
 #[tokio::test]
 async fn a_journal_write_cut_short_undoes_the_read_that_made_it() {
     let dir = TempDir::new();
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = open_with_jobs_group(&dir.0).await;
     b.publish_batch("jobs", vec![msg("a"), msg("b")])
         .await
         .unwrap();
@@ -232,10 +222,7 @@ async fn assert_stopped(b: &FileLogBroker) {
 #[tokio::test]
 async fn an_fsync_failure_stops_the_broker_when_every_publish_is_synced() {
     let dir = TempDir::new();
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = open_with_jobs_group(&dir.0).await;
     b.publish("jobs", msg("a")).await.unwrap();
     assert_eq!(b.failure(), None);
     b.inject_fsync_failure();
@@ -259,10 +246,7 @@ async fn an_fsync_failure_stops_the_broker_when_syncing_on_an_interval() {
         sync: SyncPolicy::Interval(Duration::from_secs(3600)),
         ..FileLogOptions::default()
     };
-    let b = FileLogBroker::open_with(&dir.0, options).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = with_jobs_group(FileLogBroker::open_with(&dir.0, options).unwrap()).await;
     b.publish("jobs", msg("a")).await.unwrap();
     b.sync().await.unwrap();
     b.inject_fsync_failure();
@@ -367,13 +351,33 @@ async fn observe(b: &FileLogBroker) -> Vec<String> {
     observe_with(b, true).await
 }
 
+/// A broker call to fail: a name for it, the stream whose segment write
+/// fails (`None`: the journal's), and the call, made only when awaited.
+type Call<'a> = (
+    &'static str,
+    Option<&'static str>,
+    Pin<Box<dyn Future<Output = Result<(), BrokerError>> + 'a>>,
+);
+
+fn call<'a, T, F>(
+    what: &'static str,
+    target: Option<&'static str>,
+    make: impl FnOnce() -> F + 'a,
+) -> Call<'a>
+where
+    F: Future<Output = Result<T, BrokerError>> + 'a,
+{
+    (
+        what,
+        target,
+        Box::pin(async move { make().await.map(drop) }),
+    )
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failed_call_of_any_kind_leaves_every_stream_as_it_was() {
     let dir = TempDir::new();
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = open_with_jobs_group(&dir.0).await;
     b.ensure_group("other", "g1", StreamStart::Beginning)
         .await
         .unwrap();
@@ -406,99 +410,37 @@ async fn a_failed_call_of_any_kind_leaves_every_stream_as_it_was() {
     b.trim("jobs", Trim::MaxLen(4)).await.unwrap();
     let before = observe(&b).await;
 
-    type Call<'a> =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BrokerError>> + 'a>>;
-    let calls: Vec<(&str, Option<&str>, Call<'_>)> = vec![
-        (
-            "read",
-            None,
-            Box::pin(async { b.read(read(10)).await.map(drop) }),
-        ),
-        (
-            "ack",
-            None,
-            Box::pin(async { b.ack("jobs", "g1", &ids[6..8]).await.map(drop) }),
-        ),
-        (
-            "ack of kept entries",
-            None,
-            Box::pin(async { b.ack("jobs", "g1", &ids[4..8]).await.map(drop) }),
-        ),
-        (
-            "retry copy (journal)",
-            None,
-            Box::pin(async {
-                b.retry("jobs", "g1", &ids[6..7], Retry::Copy)
-                    .await
-                    .map(drop)
-            }),
-        ),
-        (
-            "retry copy (segment)",
-            Some("jobs"),
-            Box::pin(async {
-                b.retry("jobs", "g1", &ids[6..7], Retry::Copy)
-                    .await
-                    .map(drop)
-            }),
-        ),
-        (
-            "dead letter",
-            None,
-            Box::pin(async { b.dead_letter("jobs", "g1", &ids[7..8], "x").await.map(drop) }),
-        ),
-        (
-            "redrive",
-            None,
-            Box::pin(async { b.redrive("jobs", "g1", &ids[4..5]).await.map(drop) }),
-        ),
-        (
-            "discard",
-            None,
-            Box::pin(async { b.discard("jobs", "g1", &ids[4..6]).await.map(drop) }),
-        ),
-        (
-            "trim",
-            None,
-            Box::pin(async { b.trim("jobs", Trim::MaxLen(1)).await.map(drop) }),
-        ),
-        (
-            "new group",
-            None,
-            Box::pin(async {
-                b.ensure_group("jobs", "g2", StreamStart::Beginning)
-                    .await
-                    .map(drop)
-            }),
-        ),
-        (
-            "new group on a new stream",
-            None,
-            Box::pin(async {
-                b.ensure_group("fresh", "g1", StreamStart::Beginning)
-                    .await
-                    .map(drop)
-            }),
-        ),
-        (
-            "move group",
-            None,
-            Box::pin(async {
-                b.set_group_position("jobs", "g1", StreamStart::Beginning)
-                    .await
-                    .map(drop)
-            }),
-        ),
-        (
-            "publish",
-            Some("jobs"),
-            Box::pin(async { b.publish("jobs", msg("lost")).await.map(drop) }),
-        ),
-        (
-            "publish to a new stream",
-            Some("fresh"),
-            Box::pin(async { b.publish("fresh", msg("lost")).await.map(drop) }),
-        ),
+    let calls = vec![
+        call("read", None, || b.read(read(10))),
+        call("ack", None, || b.ack("jobs", "g1", &ids[6..8])),
+        call("ack of kept entries", None, || {
+            b.ack("jobs", "g1", &ids[4..8])
+        }),
+        call("retry copy (journal)", None, || {
+            b.retry("jobs", "g1", &ids[6..7], Retry::Copy)
+        }),
+        call("retry copy (segment)", Some("jobs"), || {
+            b.retry("jobs", "g1", &ids[6..7], Retry::Copy)
+        }),
+        call("dead letter", None, || {
+            b.dead_letter("jobs", "g1", &ids[7..8], "x")
+        }),
+        call("redrive", None, || b.redrive("jobs", "g1", &ids[4..5])),
+        call("discard", None, || b.discard("jobs", "g1", &ids[4..6])),
+        call("trim", None, || b.trim("jobs", Trim::MaxLen(1))),
+        call("new group", None, || {
+            b.ensure_group("jobs", "g2", StreamStart::Beginning)
+        }),
+        call("new group on a new stream", None, || {
+            b.ensure_group("fresh", "g1", StreamStart::Beginning)
+        }),
+        call("move group", None, || {
+            b.set_group_position("jobs", "g1", StreamStart::Beginning)
+        }),
+        call("publish", Some("jobs"), || b.publish("jobs", msg("lost"))),
+        call("publish to a new stream", Some("fresh"), || {
+            b.publish("fresh", msg("lost"))
+        }),
     ];
     for (what, target, call) in calls {
         b.inject_write_failure(target);

@@ -14,8 +14,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use common::TempDir;
-use ruststream_core::{Broker, Message, StreamStart};
+use common::{TempDir, open_with_jobs_group};
+use ruststream_core::{Broker, Message};
 use ruststream_filelog::FileLogBroker;
 
 fn mode(path: &Path) -> u32 {
@@ -25,10 +25,7 @@ fn mode(path: &Path) -> u32 {
 #[tokio::test]
 async fn the_directory_and_every_file_in_it_are_private() {
     let dir = TempDir::new();
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = open_with_jobs_group(&dir.0).await;
     b.publish("jobs", Message::new(b"card 4111".to_vec()))
         .await
         .unwrap();

@@ -75,7 +75,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ruststream_core::{
     Broker, BrokerError, BrokerFuture, BrokerResult, Clock, ConsumerInfo, DeadLetter, Entry,
     EntryId, GroupInfo, Message, NameKind, PendingEntry, ReadBatch, ReadMode, ReadRequest, Retry,
-    StreamInfo, StreamStart, Trim, check_name,
+    StreamInfo, StreamStart, Trim, check_name, check_stream_group,
 };
 use ruststream_engine::{Change, Engine};
 use tokio::sync::Notify;
@@ -347,7 +347,10 @@ impl<P: Persistence> LocalBroker<P> {
 
     async fn blocking_read(&self, request: ReadRequest<'_>) -> BrokerResult<ReadBatch> {
         let (first, _) = self.read_once(&request, false)?;
-        let Some(block) = request.block.filter(|_| first.is_empty()) else {
+        // A read that only dead-lettered entries (at `max_deliveries`) has
+        // something to report: it returns rather than waits.
+        let quiet = |batch: &ReadBatch| batch.is_empty() && batch.dead_lettered.is_empty();
+        let Some(block) = request.block.filter(|_| quiet(&first)) else {
             return Ok(first);
         };
         let deadline = tokio::time::Instant::now() + block;
@@ -360,7 +363,7 @@ impl<P: Persistence> LocalBroker<P> {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let (batch, next_due) = self.read_once(&request, true)?;
-            if !batch.is_empty() || tokio::time::Instant::now() >= deadline {
+            if !quiet(&batch) || tokio::time::Instant::now() >= deadline {
                 return Ok(batch);
             }
             let wake_at = next_due
@@ -506,6 +509,30 @@ impl<P: Persistence> Broker for LocalBroker<P> {
             extra,
             Effect::Quiet,
             |e, now| e.dead_letter(stream, group, ids, reason, now),
+        )
+    }
+
+    fn extend_claim<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        ids: &'a [EntryId],
+    ) -> BrokerFuture<'a, u64> {
+        let names = check_stream_group(stream, group)
+            .and_then(|()| check_name(NameKind::Consumer, consumer));
+        if let Err(error) = names {
+            return ready(Err(error));
+        }
+        // A later idle time makes nothing readable sooner: no wakeup. A
+        // blocking claiming read finds the new time when it next looks.
+        self.group_change(
+            "an extend_claim",
+            stream,
+            ids,
+            0,
+            Effect::Quiet,
+            |e, now| e.extend_claim(stream, group, consumer, ids, now),
         )
     }
 

@@ -7,7 +7,7 @@
 //! - [`capability`]: what the server can do (its version, `CLAIM`);
 //! - [`write`](mod@write): publishing, making and moving groups;
 //! - [`read`]: the read modes, and blocking reads;
-//! - [`settle`]: ack, retry, dead letter, redrive, discard;
+//! - [`settle`]: ack, retry, dead letter, redrive, discard, extend claim;
 //! - [`inspect`]: groups, consumers, pending lists, dead letters, ranges,
 //!   streams, trimming.
 //!
@@ -172,6 +172,16 @@ impl Broker for RedisBroker {
         reason: &'a str,
     ) -> BrokerFuture<'a, u64> {
         Box::pin(settle::dead_letter(self, stream, group, ids, reason, None))
+    }
+
+    fn extend_claim<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        ids: &'a [EntryId],
+    ) -> BrokerFuture<'a, u64> {
+        Box::pin(settle::extend_claim(self, stream, group, consumer, ids))
     }
 
     fn redrive<'a>(

@@ -1,4 +1,7 @@
-//! The keys ruststream keeps beside a stream for each group.
+//! The keys ruststream keeps beside a stream for each group, and unique
+//! names for keys of its own.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The names of the keys ruststream keeps beside a stream for one group.
 ///
@@ -48,6 +51,22 @@ impl GroupKeys {
             &self.wake,
         ]
     }
+}
+
+/// A token no other call makes, in this process or another:
+/// `<pid>-<nanoseconds since the epoch, hex>-<counter>`. Claim probes name
+/// their keys with it (and tests their streams).
+pub fn unique_token() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{nanos:x}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 #[cfg(test)]

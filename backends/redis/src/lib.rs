@@ -110,6 +110,7 @@
 //! | retry with copy | `XADD` of the copy and `XACK` of the original, in one script |
 //! | retry after a delay, nack | `XACK` and an entry in the due set, in one script |
 //! | dead letter, redrive, discard | scripts over the dead-letter stream and index |
+//! | extend claim | `XCLAIM ... 0 ... JUSTID` (no delivery counted) of the ids `XPENDING` shows under the consumer and the stream still holds, in one script |
 //! | group info | `XINFO GROUPS` (lag, pending, consumers, cursor) |
 //! | consumers, pending | `XINFO CONSUMERS`, `XPENDING` plus the due set |
 //!
@@ -246,6 +247,12 @@ mod scripts;
 mod testing;
 
 pub use broker::{RedisBroker, RedisConfig};
+
+/// Test support: a token unique across calls and processes
+/// (`<pid>-<nanoseconds, hex>-<counter>`), for names no other test or run
+/// uses.
+#[doc(hidden)]
+pub use keys::unique_token;
 
 /// The header a dead letter of a retry copy carries in
 /// [`Broker::dead_letters`](ruststream_core::Broker::dead_letters): the id

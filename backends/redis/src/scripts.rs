@@ -52,6 +52,7 @@ pub(crate) struct Scripts {
     dead_letter: Lua,
     redrive: Lua,
     discard: Lua,
+    extend_claim: Lua,
     dead_letters: Lua,
     pending: Lua,
 }
@@ -66,6 +67,7 @@ impl Scripts {
             dead_letter: script(include_str!("lua/dead_letter.lua")),
             redrive: script(include_str!("lua/redrive.lua")),
             discard: script(include_str!("lua/discard.lua")),
+            extend_claim: script(include_str!("lua/extend_claim.lua")),
             dead_letters: script(include_str!("lua/dead_letters.lua")),
             pending: script(include_str!("lua/pending.lua")),
         }

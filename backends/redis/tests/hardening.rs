@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use redis::Value;
 use ruststream_core::{
-    Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
+    Broker, BrokerError, DeadLetter, EntryId, Message, ReadBatch, ReadMode, ReadRequest, Retry,
+    StreamStart, Trim,
 };
 use ruststream_redis::{ORIGINAL_ID_HEADER, RedisBroker};
-use support::{raw, unique, url};
+use support::{raw, unique, url, xrange};
 
 const G: &str = "g";
 
@@ -51,14 +52,7 @@ async fn xadd(stream: &str, fields: &[(String, String)]) -> EntryId {
 
 /// The fields of entry `id` of `key`, flat, as any client reads them.
 async fn raw_fields(key: &str, id: &str) -> Option<Vec<String>> {
-    let mut cli = raw(0).await;
-    let range: Value = redis::cmd("XRANGE")
-        .arg(key)
-        .arg(id)
-        .arg(id)
-        .query_async(&mut cli)
-        .await
-        .unwrap();
+    let range = xrange(key, id, id).await;
     let Value::Array(entries) = range else {
         return None;
     };
@@ -73,14 +67,7 @@ async fn raw_fields(key: &str, id: &str) -> Option<Vec<String>> {
 
 /// Every entry of `key`: (id, flat fields).
 async fn raw_entries(key: &str) -> Vec<(String, Vec<String>)> {
-    let mut cli = raw(0).await;
-    let range: Value = redis::cmd("XRANGE")
-        .arg(key)
-        .arg("-")
-        .arg("+")
-        .query_async(&mut cli)
-        .await
-        .unwrap();
+    let range = xrange(key, "-", "+").await;
     let Value::Array(entries) = range else {
         return Vec::new();
     };
@@ -129,6 +116,61 @@ async fn pending_ids(broker: &RedisBroker, s: &str) -> Vec<EntryId> {
         .collect()
 }
 
+/// A fresh stream named after `what`, with group [`G`] reading from its
+/// beginning.
+async fn stream_with_group(broker: &RedisBroker, what: &str) -> String {
+    let s = unique(what);
+    broker
+        .ensure_group(&s, G, StreamStart::Beginning)
+        .await
+        .unwrap();
+    s
+}
+
+/// A fresh stream (see [`stream_with_group`]) holding an entry of `n`
+/// fields, then a small one: (stream, big, small).
+async fn big_then_small(broker: &RedisBroker, what: &str, n: usize) -> (String, EntryId, EntryId) {
+    let s = stream_with_group(broker, what).await;
+    let big = xadd(&s, &big_fields(n)).await;
+    let small = broker
+        .publish(&s, Message::new(b"small".to_vec()))
+        .await
+        .unwrap();
+    (s, big, small)
+}
+
+/// A fresh stream (see [`stream_with_group`]) holding one entry of `n`
+/// fields, read once by consumer `c`: (stream, its fields, its id).
+async fn big_delivered(
+    broker: &RedisBroker,
+    what: &str,
+    n: usize,
+) -> (String, Vec<(String, String)>, EntryId) {
+    let s = stream_with_group(broker, what).await;
+    let fields = big_fields(n);
+    let big = xadd(&s, &fields).await;
+    assert_eq!(new_read(broker, &s, "c", 10).await, [big]);
+    (s, fields, big)
+}
+
+/// Hands `ids` back to the group, due at once.
+async fn retry_now(broker: &RedisBroker, s: &str, ids: &[EntryId]) -> u64 {
+    broker
+        .retry(s, G, ids, Retry::After(Duration::ZERO))
+        .await
+        .unwrap()
+}
+
+/// The ids a read handed out, in order.
+fn delivered(read: &ReadBatch) -> Vec<EntryId> {
+    read.deliveries.iter().map(|d| d.id()).collect()
+}
+
+/// The group's first ten dead letters.
+async fn dead_letters(broker: &RedisBroker, s: &str) -> Vec<DeadLetter> {
+    broker.dead_letters(s, G, EntryId::ZERO, 10).await.unwrap()
+}
+
 // ---- 1. entries too big for a script's argument list -----------------------
 
 const SIZES: [usize; 2] = [5_000, 20_000];
@@ -137,14 +179,7 @@ const SIZES: [usize; 2] = [5_000, 20_000];
 async fn a_retry_copy_of_an_entry_with_thousands_of_fields_keeps_every_field() {
     let broker = RedisBroker::standalone(url());
     for n in SIZES {
-        let s = unique(&format!("big-copy-{n}"));
-        broker
-            .ensure_group(&s, G, StreamStart::Beginning)
-            .await
-            .unwrap();
-        let fields = big_fields(n);
-        let big = xadd(&s, &fields).await;
-        assert_eq!(new_read(&broker, &s, "c", 10).await, [big]);
+        let (s, fields, big) = big_delivered(&broker, &format!("big-copy-{n}"), n).await;
         assert_eq!(
             broker.retry(&s, G, &[big], Retry::Copy).await.unwrap(),
             1,
@@ -174,21 +209,14 @@ async fn a_retry_copy_of_an_entry_with_thousands_of_fields_keeps_every_field() {
 async fn dead_letters_and_redrives_of_an_entry_with_thousands_of_fields_keep_every_field() {
     let broker = RedisBroker::standalone(url());
     for n in SIZES {
-        let s = unique(&format!("big-dead-{n}"));
-        broker
-            .ensure_group(&s, G, StreamStart::Beginning)
-            .await
-            .unwrap();
-        let fields = big_fields(n);
-        let big = xadd(&s, &fields).await;
-        assert_eq!(new_read(&broker, &s, "c", 10).await, [big]);
+        let (s, fields, big) = big_delivered(&broker, &format!("big-dead-{n}"), n).await;
         assert_eq!(
             broker.dead_letter(&s, G, &[big], "poison").await.unwrap(),
             1,
             "{n} fields"
         );
         assert_eq!(pending_ids(&broker, &s).await, []);
-        let listed = broker.dead_letters(&s, G, EntryId::ZERO, 10).await.unwrap();
+        let listed = dead_letters(&broker, &s).await;
         assert_eq!(listed.len(), 1);
         assert_eq!(
             (
@@ -219,13 +247,7 @@ async fn dead_letters_and_redrives_of_an_entry_with_thousands_of_fields_keep_eve
         assert_eq!(entries[0].1[..4], ["rs:group", G, "rs:count", "0"]);
         assert_eq!(entries[0].1[4..6], ["rs:orig".to_owned(), big.to_string()]);
         assert_eq!(entries[0].1[6..], flat(&fields)[..]);
-        assert!(
-            broker
-                .dead_letters(&s, G, EntryId::ZERO, 10)
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(dead_letters(&broker, &s).await.is_empty());
         let copy = new_read(&broker, &s, "c", 10).await;
         assert_eq!(copy.len(), 1);
         assert_eq!(copy[0].to_string(), entries[0].0);
@@ -243,31 +265,16 @@ async fn a_big_owed_entry_at_max_deliveries_is_dead_lettered_and_blocks_nothing(
     let broker = RedisBroker::standalone(url());
     for n in SIZES {
         // `new`: the owed entry comes first, over its bound.
-        let s = unique(&format!("big-owed-new-{n}"));
-        broker
-            .ensure_group(&s, G, StreamStart::Beginning)
-            .await
-            .unwrap();
-        let big = xadd(&s, &big_fields(n)).await;
-        let small = broker
-            .publish(&s, Message::new(b"small".to_vec()))
-            .await
-            .unwrap();
+        let (s, big, small) = big_then_small(&broker, &format!("big-owed-new-{n}"), n).await;
         deliver(&broker, &s, "c", big).await;
-        broker
-            .retry(&s, G, &[big], Retry::After(Duration::ZERO))
-            .await
-            .unwrap();
+        retry_now(&broker, &s, &[big]).await;
         let read = broker
             .read(ReadRequest::new(&s, G, "c", ReadMode::New, 1).max_deliveries(1))
             .await
             .unwrap();
         assert_eq!(read.dead_lettered, [big], "{n} fields");
-        assert_eq!(
-            read.deliveries.iter().map(|d| d.id()).collect::<Vec<_>>(),
-            [small]
-        );
-        let dead = broker.dead_letters(&s, G, EntryId::ZERO, 10).await.unwrap();
+        assert_eq!(delivered(&read), [small]);
+        let dead = dead_letters(&broker, &s).await;
         assert_eq!(dead.len(), 1);
         assert_eq!((dead[0].id(), dead[0].times_delivered), (big, 1));
         assert!(
@@ -278,27 +285,12 @@ async fn a_big_owed_entry_at_max_deliveries_is_dead_lettered_and_blocks_nothing(
         assert_eq!(pending_ids(&broker, &s).await, [small]);
 
         // `reclaim`: an owed entry over its bound ahead of one that is not.
-        let s = unique(&format!("big-owed-reclaim-{n}"));
-        broker
-            .ensure_group(&s, G, StreamStart::Beginning)
-            .await
-            .unwrap();
-        let big = xadd(&s, &big_fields(n)).await;
-        let small = broker
-            .publish(&s, Message::new(b"small".to_vec()))
-            .await
-            .unwrap();
+        let (s, big, small) = big_then_small(&broker, &format!("big-owed-reclaim-{n}"), n).await;
         deliver(&broker, &s, "c", big).await;
-        broker
-            .retry(&s, G, &[big], Retry::After(Duration::ZERO))
-            .await
-            .unwrap();
+        retry_now(&broker, &s, &[big]).await;
         deliver(&broker, &s, "c", big).await;
         deliver(&broker, &s, "c", small).await;
-        broker
-            .retry(&s, G, &[big, small], Retry::After(Duration::ZERO))
-            .await
-            .unwrap();
+        retry_now(&broker, &s, &[big, small]).await;
         let reclaim = ReadMode::Reclaim {
             min_idle: Duration::from_secs(60),
         };
@@ -308,14 +300,11 @@ async fn a_big_owed_entry_at_max_deliveries_is_dead_lettered_and_blocks_nothing(
             .unwrap();
         assert_eq!(read.dead_lettered, [big], "{n} fields");
         assert_eq!(
-            read.deliveries.iter().map(|d| d.id()).collect::<Vec<_>>(),
+            delivered(&read),
             [small],
             "the entry behind it is handed out in the same read"
         );
-        assert_eq!(
-            broker.dead_letters(&s, G, EntryId::ZERO, 10).await.unwrap()[0].times_delivered,
-            2
-        );
+        assert_eq!(dead_letters(&broker, &s).await[0].times_delivered, 2);
     }
 }
 
@@ -324,16 +313,7 @@ async fn a_big_claimed_entry_at_max_deliveries_is_dead_lettered_by_reclaim_and_o
     let broker = RedisBroker::standalone(url());
     for n in SIZES {
         // reclaim: held by a stopped consumer, idle, over its bound.
-        let s = unique(&format!("big-claimed-{n}"));
-        broker
-            .ensure_group(&s, G, StreamStart::Beginning)
-            .await
-            .unwrap();
-        let big = xadd(&s, &big_fields(n)).await;
-        let small = broker
-            .publish(&s, Message::new(b"small".to_vec()))
-            .await
-            .unwrap();
+        let (s, big, small) = big_then_small(&broker, &format!("big-claimed-{n}"), n).await;
         assert_eq!(new_read(&broker, &s, "gone", 10).await, [big, small]);
         tokio::time::sleep(Duration::from_millis(30)).await;
         let reclaim = ReadMode::Reclaim {
@@ -344,22 +324,13 @@ async fn a_big_claimed_entry_at_max_deliveries_is_dead_lettered_by_reclaim_and_o
             .await
             .unwrap();
         assert_eq!(read.dead_lettered, [big, small], "{n} fields");
-        let dead = broker.dead_letters(&s, G, EntryId::ZERO, 10).await.unwrap();
+        let dead = dead_letters(&broker, &s).await;
         assert_eq!(dead.len(), 2);
         assert_eq!((dead[0].id(), dead[0].times_delivered), (big, 1));
         assert_eq!(pending_ids(&broker, &s).await, []);
 
         // own pending: a restarted consumer re-reads what it held.
-        let s = unique(&format!("big-own-{n}"));
-        broker
-            .ensure_group(&s, G, StreamStart::Beginning)
-            .await
-            .unwrap();
-        let big = xadd(&s, &big_fields(n)).await;
-        let small = broker
-            .publish(&s, Message::new(b"small".to_vec()))
-            .await
-            .unwrap();
+        let (s, big, small) = big_then_small(&broker, &format!("big-own-{n}"), n).await;
         assert_eq!(new_read(&broker, &s, "c", 10).await, [big, small]);
         let own = ReadMode::OwnPending {
             after: EntryId::ZERO,
@@ -382,11 +353,7 @@ async fn a_big_claimed_entry_at_max_deliveries_is_dead_lettered_by_reclaim_and_o
 async fn a_big_retry_copy_at_max_deliveries_is_dead_lettered_by_a_new_read() {
     let broker = RedisBroker::standalone(url());
     for n in SIZES {
-        let s = unique(&format!("big-copy-dead-{n}"));
-        broker
-            .ensure_group(&s, G, StreamStart::Beginning)
-            .await
-            .unwrap();
+        let s = stream_with_group(&broker, &format!("big-copy-dead-{n}")).await;
         let fields = big_fields(n);
         let big = xadd(&s, &fields).await;
         deliver(&broker, &s, "c", big).await;
@@ -401,11 +368,8 @@ async fn a_big_retry_copy_at_max_deliveries_is_dead_lettered_by_a_new_read() {
             .await
             .unwrap();
         assert_eq!(read.dead_lettered, [copy], "{n} fields");
-        assert_eq!(
-            read.deliveries.iter().map(|d| d.id()).collect::<Vec<_>>(),
-            [small]
-        );
-        let dead = broker.dead_letters(&s, G, EntryId::ZERO, 10).await.unwrap();
+        assert_eq!(delivered(&read), [small]);
+        let dead = dead_letters(&broker, &s).await;
         assert_eq!(dead.len(), 1);
         assert_eq!(dead[0].id(), copy);
         assert_eq!(
@@ -450,21 +414,12 @@ async fn owed_entries_due_at_the_same_time_come_back_in_id_order() {
     let s = unique("owed-order-nack");
     let ids = twenty_in_one_ms(&broker, &s).await;
     assert_eq!(new_read(&broker, &s, "c", 20).await, ids);
-    assert_eq!(
-        broker
-            .retry(&s, G, &ids, Retry::After(Duration::ZERO))
-            .await
-            .unwrap(),
-        20
-    );
+    assert_eq!(retry_now(&broker, &s, &ids).await, 20);
     assert_eq!(new_read(&broker, &s, "c", 20).await, ids);
     let reclaim = ReadMode::Reclaim {
         min_idle: Duration::from_secs(60),
     };
-    broker
-        .retry(&s, G, &ids, Retry::After(Duration::ZERO))
-        .await
-        .unwrap();
+    retry_now(&broker, &s, &ids).await;
     let got: Vec<EntryId> = broker
         .read(ReadRequest::new(&s, G, "r", reclaim, 20))
         .await
@@ -494,11 +449,7 @@ async fn owed_entries_written_before_the_padded_layout_are_still_read() {
     // A due set member in the old layout (the plain id), as a broker of an
     // earlier version left it.
     let broker = RedisBroker::standalone(url());
-    let s = unique("owed-legacy");
-    broker
-        .ensure_group(&s, G, StreamStart::Beginning)
-        .await
-        .unwrap();
+    let s = stream_with_group(&broker, "owed-legacy").await;
     let id = broker
         .publish(&s, Message::new(b"x".to_vec()))
         .await
@@ -557,11 +508,7 @@ async fn owed_entries_written_before_the_padded_layout_are_still_read() {
 #[tokio::test]
 async fn a_dead_letter_whose_entry_was_trimmed_first_is_kept_when_redrive_cannot_restore_it() {
     let broker = RedisBroker::standalone(url());
-    let s = unique("lost-redrive");
-    broker
-        .ensure_group(&s, G, StreamStart::Beginning)
-        .await
-        .unwrap();
+    let s = stream_with_group(&broker, "lost-redrive").await;
     let ids = broker
         .publish_batch(
             &s,
@@ -585,7 +532,7 @@ async fn a_dead_letter_whose_entry_was_trimmed_first_is_kept_when_redrive_cannot
         "{message}"
     );
     // Nothing changed: both dead letters are still there.
-    let dead = broker.dead_letters(&s, G, EntryId::ZERO, 10).await.unwrap();
+    let dead = dead_letters(&broker, &s).await;
     assert_eq!(dead.iter().map(|d| d.id()).collect::<Vec<_>>(), ids);
     assert_eq!(new_read(&broker, &s, "c", 10).await, []);
     // The other one redrives on its own; the lost one can be discarded.
@@ -735,11 +682,7 @@ async fn names_that_would_share_keys_are_refused_before_anything_is_sent() {
 #[tokio::test]
 async fn a_dead_letter_of_a_retry_copy_names_the_original_entry_and_the_copy() {
     let broker = RedisBroker::standalone(url());
-    let s = unique("orig");
-    broker
-        .ensure_group(&s, G, StreamStart::Beginning)
-        .await
-        .unwrap();
+    let s = stream_with_group(&broker, "orig").await;
     let original = broker
         .publish(
             &s,
@@ -772,7 +715,7 @@ async fn a_dead_letter_of_a_retry_copy_names_the_original_entry_and_the_copy() {
         .dead_letter(&s, G, &[second_copy], "gave up")
         .await
         .unwrap();
-    let dead = broker.dead_letters(&s, G, EntryId::ZERO, 10).await.unwrap();
+    let dead = dead_letters(&broker, &s).await;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].id(), second_copy, "keyed by the id the group held");
     assert_eq!(
@@ -881,11 +824,7 @@ async fn unspoil(key: &str) {
 #[tokio::test]
 async fn a_settle_call_that_fails_changes_nothing() {
     let broker = RedisBroker::standalone(url());
-    let s = unique("all-or-nothing");
-    broker
-        .ensure_group(&s, G, StreamStart::Beginning)
-        .await
-        .unwrap();
+    let s = stream_with_group(&broker, "all-or-nothing").await;
     let ids = broker
         .publish_batch(
             &s,
@@ -918,7 +857,7 @@ async fn a_settle_call_that_fails_changes_nothing() {
     spoil(&due).await;
     assert!(broker.redrive(&s, G, &ids).await.is_err());
     unspoil(&due).await;
-    let listed = broker.dead_letters(&s, G, EntryId::ZERO, 10).await.unwrap();
+    let listed = dead_letters(&broker, &s).await;
     assert_eq!(listed.len(), 2, "redrive");
     assert_eq!(broker.redrive(&s, G, &ids).await.unwrap(), 2);
     assert_eq!(new_read(&broker, &s, "c", 10).await, ids);

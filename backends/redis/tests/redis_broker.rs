@@ -13,7 +13,7 @@ use ruststream_core::{
     Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart,
 };
 use ruststream_redis::RedisBroker;
-use support::{kill_clients_of_db, raw, unique, url, url_db};
+use support::{kill_clients_of_db, raw, unique, url, url_db, xrange};
 
 fn text(v: &Value) -> String {
     match v {
@@ -48,13 +48,7 @@ async fn entries_use_the_documented_fields_both_ways() {
 
     // What redis-cli / redis-py see.
     let mut cli = raw(0).await;
-    let range: Value = redis::cmd("XRANGE")
-        .arg(&s)
-        .arg(id.to_string())
-        .arg(id.to_string())
-        .query_async(&mut cli)
-        .await
-        .unwrap();
+    let range = xrange(&s, &id.to_string(), &id.to_string()).await;
     let Value::Array(entries) = range else {
         panic!()
     };
@@ -114,13 +108,7 @@ async fn retry_copies_and_dead_letters_are_readable_by_other_clients() {
     broker.retry(&s, "ledger", &ids, Retry::Copy).await.unwrap();
 
     let mut cli = raw(0).await;
-    let range: Value = redis::cmd("XRANGE")
-        .arg(&s)
-        .arg("-")
-        .arg("+")
-        .query_async(&mut cli)
-        .await
-        .unwrap();
+    let range = xrange(&s, "-", "+").await;
     let Value::Array(entries) = range else {
         panic!()
     };
@@ -172,13 +160,7 @@ async fn retry_copies_and_dead_letters_are_readable_by_other_clients() {
         .await
         .unwrap();
     let dead_key = format!("rs:{{{s}}}:dead:ledger");
-    let dead: Value = redis::cmd("XRANGE")
-        .arg(&dead_key)
-        .arg("-")
-        .arg("+")
-        .query_async(&mut cli)
-        .await
-        .unwrap();
+    let dead = xrange(&dead_key, "-", "+").await;
     let Value::Array(dead) = dead else { panic!() };
     let f = fields_of(&dead[0]);
     assert_eq!(

@@ -285,6 +285,19 @@ async fn publish_until_ok(broker: &RedisBroker, n: u64) {
     panic!("could not publish job {n}");
 }
 
+/// Publishes jobs `jobs` (each until the broker takes it), then waits up
+/// to 10 s until every job up to `jobs.end` has been received.
+async fn publish_then_wait(publisher: &RedisBroker, jobs: std::ops::Range<u64>, what: &str) {
+    let total = usize::try_from(jobs.end).unwrap();
+    for n in jobs {
+        publish_until_ok(publisher, n).await;
+    }
+    wait_until(what, Duration::from_secs(10), async || {
+        RECEIVED.lock().unwrap().len() >= total
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_rides_out_killed_connections_and_a_flushed_server() {
     let publisher = RedisBroker::standalone(url_db(RESILIENT_DB));
@@ -295,22 +308,15 @@ async fn a_subscription_rides_out_killed_connections_and_a_flushed_server() {
         },
     );
     let running = app.start().await.unwrap();
-    let received = |n: usize| async move || RECEIVED.lock().unwrap().len() >= n;
 
-    for n in 0..10 {
-        publish_until_ok(&publisher, n).await;
-    }
-    wait_until("the first 10 jobs", Duration::from_secs(10), received(10)).await;
+    publish_then_wait(&publisher, 0..10, "the first 10 jobs").await;
 
     // The connections drop (a network failure, a proxy restart).
     assert!(kill_clients_of_db(RESILIENT_DB).await >= 1);
-    for n in 10..20 {
-        publish_until_ok(&publisher, n).await;
-    }
-    wait_until(
+    publish_then_wait(
+        &publisher,
+        10..20,
         "10 jobs after the connections were killed",
-        Duration::from_secs(10),
-        received(20),
     )
     .await;
 
@@ -319,15 +325,7 @@ async fn a_subscription_rides_out_killed_connections_and_a_flushed_server() {
     // the subscription's start position.
     let mut cli = support::raw(RESILIENT_DB).await;
     let _: () = redis::cmd("FLUSHDB").query_async(&mut cli).await.unwrap();
-    for n in 20..30 {
-        publish_until_ok(&publisher, n).await;
-    }
-    wait_until(
-        "10 jobs after the server was flushed",
-        Duration::from_secs(10),
-        received(30),
-    )
-    .await;
+    publish_then_wait(&publisher, 20..30, "10 jobs after the server was flushed").await;
     running.shutdown().await;
     assert_eq!(RECEIVED.lock().unwrap().len(), 30);
 }

@@ -48,7 +48,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ruststream_benches::counting;
+use ruststream_benches::{counting, median, thousands};
 use ruststream_core::{
     Broker, BrokerError, Clock, Delivery, EntryId, Message, ReadMode, ReadRequest, StreamStart,
     Trim,
@@ -354,11 +354,6 @@ fn rate(messages: u64, run: Run) -> f64 {
     messages as f64 / run.elapsed.as_secs_f64()
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// Measures one workload and batch size: warm-up, allocation pass, then
 /// `REPS` timed runs of framework and baseline, interleaved, each of the
 /// same number of messages (about `RUN_TARGET` of the framework's time).
@@ -402,19 +397,6 @@ fn measure(
         framework_allocs,
         baseline_allocs,
     })
-}
-
-/// `1234567.8` as `1,234,568`.
-fn thousands(value: f64) -> String {
-    let digits = format!("{value:.0}");
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn print_header() {

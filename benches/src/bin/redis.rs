@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 use ruststream::prelude::*;
 use ruststream::{Broker, Message, ReadMode, ReadRequest};
-use ruststream_benches::{Probe, counting};
+use ruststream_benches::{Payment, Probe, counting, median, payload};
 use ruststream_redis::RedisBroker;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -61,25 +61,6 @@ const GROUP: &str = "ledger";
 /// The issue's target: the `#[subscriber]` path at 80% of the hand loop.
 const TARGET_RATIO: f64 = 0.80;
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
-
-#[derive(Debug, Deserialize)]
-// Decoded and passed to `black_box`; nothing reads the fields.
-#[allow(dead_code)]
-struct Payment {
-    id: u64,
-    account: String,
-    amount_cents: u64,
-}
-
-fn payload(i: u64) -> Vec<u8> {
-    format!(
-        r#"{{"id":{},"account":"acct-{:06}","amount_cents":{}}}"#,
-        1_000_000 + i,
-        i % 1_000_000,
-        100 + (i * 7919) % 100_000
-    )
-    .into_bytes()
-}
 
 fn url() -> String {
     std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
@@ -376,11 +357,6 @@ async fn run_row(
         .query_async::<()>(conn)
         .await?;
     Ok(elapsed)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// The command line: `--messages N`, and `--only ROW` (a row's index in

@@ -78,7 +78,7 @@ use ruststream::prelude::*;
 use ruststream::{
     Broker, BrokerFuture, Message, ReadBatch, ReadMode, ReadRequest, Subscriber, forward_broker,
 };
-use ruststream_benches::{Probe, counting};
+use ruststream_benches::{Payment, Probe, counting, median, payload, thousands};
 use tokio::runtime::Runtime;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -106,28 +106,6 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 const MIN_CPU_WINDOW: Duration = Duration::from_millis(100);
 /// Worker threads of the multi-thread runtime.
 const MULTI_THREAD_WORKERS: usize = 2;
-
-/// The message: decoded by both sides, as `&Payment` in the handler.
-#[derive(Debug, Deserialize)]
-// Decoded and passed to `black_box`; nothing reads the fields.
-#[allow(dead_code)]
-struct Payment {
-    id: u64,
-    account: String,
-    amount_cents: u64,
-}
-
-/// The `i`th message's payload, e.g.
-/// `{"id":1000042,"account":"acct-000042","amount_cents":4299}`.
-fn payload(i: u64) -> Vec<u8> {
-    format!(
-        r#"{{"id":{},"account":"acct-{:06}","amount_cents":{}}}"#,
-        1_000_000 + i,
-        i % 1_000_000,
-        100 + (i * 7919) % 100_000
-    )
-    .into_bytes()
-}
 
 static PROBE: Probe = Probe::new();
 
@@ -262,6 +240,7 @@ impl Broker for Counted {
         inner: name, check_mode, publish, publish_batch, ensure_group, set_group_position,
         retry, dead_letter, redrive, discard, group_info, consumers, pending, dead_letters,
         range, stream_info, trim,
+        extend_claim,
     );
 }
 
@@ -554,24 +533,6 @@ fn per_message(runtimes: &Runtimes, path: Path) -> BenchResult<PerMessage> {
         per_read: m / counts.reads as f64,
         per_ack: m / counts.acks as f64,
     })
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-/// `1234567.8` as `1,234,568`.
-fn thousands(value: f64) -> String {
-    let digits = format!("{value:.0}");
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// One measured row.

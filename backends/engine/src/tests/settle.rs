@@ -1,4 +1,5 @@
-//! Acks and retries (`docs/semantics.md`, rules 6 and 7).
+//! Acks, retries and refreshed claims (`docs/semantics.md`, rules 3, 4,
+//! 6 and 7).
 
 use super::*;
 
@@ -290,4 +291,81 @@ fn retry_copy_of_an_owed_entry_works() {
     let batch = read(&mut e, new_req("a", 10), T0 + 2);
     assert_eq!(ids(&batch), vec![copy]);
     assert_eq!(counts(&batch), vec![1]);
+}
+
+// ------------------------------------------- rules 3 and 4: extend claim
+
+#[test]
+fn extending_a_claim_resets_its_idle_time_and_keeps_its_count() {
+    let (mut e, all) = setup(2);
+    read(&mut e, new_req("a", 2), T0);
+    assert_eq!(e.extend_claim(S, G, "a", &[all[0]], T0 + 200).unwrap(), 1);
+    let p = pending_entry(&e, all[0], T0 + 200);
+    assert_eq!((p.idle_ms, p.times_delivered), (0, 1));
+    assert_eq!(p.consumer.as_deref(), Some("a"));
+    // Only the entry not refreshed is idle long enough at T0 + 300.
+    let claimed = read(&mut e, claiming_req("b", 300, 10), T0 + 300);
+    assert_eq!(ids(&claimed), [all[1]]);
+    assert!(read(&mut e, claiming_req("b", 300, 10), T0 + 499).is_empty());
+    assert_eq!(
+        e.next_due(&claiming_req("b", 300, 10), T0 + 499),
+        Some(T0 + 500),
+        "a blocking claim wakes when the refreshed claim lapses"
+    );
+    let claimed = read(&mut e, claiming_req("b", 300, 10), T0 + 500);
+    assert_eq!(ids(&claimed), [all[0]]);
+    assert_eq!(counts(&claimed), [1], "the refresh was not a delivery");
+    assert_eq!(claimed.deliveries[0].idle_ms, 300);
+}
+
+#[test]
+fn extending_a_claim_passes_over_what_the_consumer_does_not_hold() {
+    let (mut e, all) = setup(4);
+    read(&mut e, new_req("a", 1), T0);
+    read(&mut e, new_req("b", 1), T0);
+    read(&mut e, new_req("b", 1), T0);
+    e.retry_after(S, G, &[all[2]], 0, T0).unwrap();
+    let before = all_pending(&e, T0 + 100);
+    // Held by b, owed, never delivered, unknown.
+    let others = [all[1], all[2], all[3], EntryId::new(1, 1)];
+    assert_eq!(e.extend_claim(S, G, "a", &others, T0 + 100).unwrap(), 0);
+    assert_eq!(e.extend_claim(S, G, "nobody", &all, T0 + 100).unwrap(), 0);
+    assert_eq!(e.extend_claim(S, G, "a", &[], T0 + 100).unwrap(), 0);
+    assert_eq!(all_pending(&e, T0 + 100), before);
+    assert!(
+        e.consumers(S, G, T0)
+            .unwrap()
+            .iter()
+            .all(|c| c.name != "nobody"),
+        "an unknown consumer is not created"
+    );
+    assert_no_group(e.extend_claim(S, "ghost", "a", &all, T0), S, "ghost");
+}
+
+#[test]
+fn an_id_named_twice_is_refreshed_once() {
+    let (mut e, all) = setup(1);
+    read(&mut e, new_req("a", 1), T0);
+    let twice = [all[0], all[0]];
+    assert_eq!(e.extend_claim(S, G, "a", &twice, T0 + 50).unwrap(), 1);
+    assert_eq!(e.extend_claim(S, G, "a", &twice, T0 + 50).unwrap(), 1);
+    assert_eq!(pending_entry(&e, all[0], T0 + 60).idle_ms, 10);
+}
+
+#[test]
+fn a_refreshed_claim_survives_a_rebuild_from_the_journal() {
+    let mut e = Engine::new();
+    e.record_changes(true);
+    e.ensure_group(S, G, StreamStart::Beginning, T0);
+    let all = publish_n(&mut e, "m", 1, T0);
+    read(&mut e, new_req("a", 1), T0);
+    e.extend_claim(S, G, "a", &all, T0 + 200).unwrap();
+    let mut rebuilt = Engine::new();
+    for change in e.take_changes() {
+        rebuilt.restore(change);
+    }
+    assert!(rebuilt.finish_restore().dangling.is_empty());
+    let p = pending_entry(&rebuilt, all[0], T0 + 250);
+    assert_eq!((p.idle_ms, p.times_delivered), (50, 1));
+    assert!(read(&mut rebuilt, claiming_req("b", 100, 1), T0 + 250).is_empty());
 }

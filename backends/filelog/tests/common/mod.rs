@@ -7,6 +7,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use ruststream_core::{Broker, StreamStart};
+use ruststream_filelog::FileLogBroker;
+
 /// A fresh directory under the system's temp dir, removed on drop.
 pub(crate) struct TempDir(pub(crate) PathBuf);
 
@@ -14,7 +17,7 @@ impl TempDir {
     pub(crate) fn new() -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
-            "ruststream-filelog-faults-{}-{}",
+            "ruststream-filelog-test-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
@@ -41,4 +44,18 @@ pub(crate) fn journal(dir: &Path) -> PathBuf {
 /// The journal's length in bytes.
 pub(crate) fn journal_len(dir: &Path) -> u64 {
     fs::metadata(journal(dir)).expect("journal metadata").len()
+}
+
+/// `b`, once it has group `g1` on `jobs`, reading from the beginning.
+pub(crate) async fn with_jobs_group(b: FileLogBroker) -> FileLogBroker {
+    b.ensure_group("jobs", "g1", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b
+}
+
+/// A broker opened on `dir` (default options) with group `g1` on `jobs`,
+/// reading from the beginning.
+pub(crate) async fn open_with_jobs_group(dir: &Path) -> FileLogBroker {
+    with_jobs_group(FileLogBroker::open(dir).unwrap()).await
 }

@@ -2,7 +2,7 @@
 //! reads (`XREADGROUP ... CLAIM`).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use redis::{RedisError, Value};
 use ruststream_core::{BrokerError, BrokerResult, ReadMode};
@@ -10,6 +10,7 @@ use ruststream_core::{BrokerError, BrokerResult, ReadMode};
 use super::RedisBroker;
 use super::connection::BROKER;
 use crate::codec::BadReply;
+use crate::keys::unique_token;
 
 /// The oldest server the broker works with: `XAUTOCLAIM` and exclusive
 /// `XPENDING` ranges came in 6.2.
@@ -189,16 +190,7 @@ fn claim_gate(url: &str, version: Version, support: &ClaimSupport) -> BrokerResu
 /// braces, so no stream is called this) and unique, so that concurrent
 /// probes never meet.
 fn probe_key() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "rs:{{ruststream-probe}}:claim:{}-{nanos:x}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("rs:{{ruststream-probe}}:claim:{}", unique_token())
 }
 
 #[cfg(test)]

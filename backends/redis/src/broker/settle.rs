@@ -1,6 +1,7 @@
-//! Settling entries: ack, retry, dead letter, redrive and discard. Each is
-//! one script call over all its ids, applied whole or not at all (see the
-//! crate docs, *Settling is all or nothing*).
+//! Settling entries: ack, retry, dead letter, redrive and discard; and
+//! extending a claim, which keeps entries pending. Each is one script call
+//! over all its ids, applied whole or not at all (see the crate docs,
+//! *Settling is all or nothing*).
 
 use std::future::Future;
 
@@ -114,4 +115,152 @@ pub(super) async fn discard(
         s.discard(conn, stream, group, ids)
     });
     Ok(discarded.await?.unwrap_or(0))
+}
+
+/// Refreshes `consumer`'s claim on those of `ids` it holds (see
+/// `lua/extend_claim.lua`).
+pub(super) async fn extend_claim(
+    broker: &RedisBroker,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    ids: &[EntryId],
+) -> BrokerResult<u64> {
+    check_names(stream, Some(group), Some(consumer))?;
+    let extended = settle(broker, stream, group, ids, |s, conn| {
+        s.extend_claim(conn, stream, group, consumer, ids)
+    });
+    Ok(extended.await?.unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use redis::Value;
+    use ruststream_core::{Broker, Message, ReadMode, ReadRequest, StreamStart, Trim};
+
+    use super::*;
+
+    /// `XPENDING stream group - + 10000` as (id, consumer, idle ms, count).
+    async fn xpending(stream: &str, group: &str) -> Vec<(String, String, i64, i64)> {
+        let mut conn = crate::testing::connection().await;
+        let rows: Vec<(String, String, i64, i64)> = redis::cmd("XPENDING")
+            .arg(stream)
+            .arg(group)
+            .arg("-")
+            .arg("+")
+            .arg(10_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        rows
+    }
+
+    /// The server's own view of an extended claim: `JUSTID` left the
+    /// delivery count as it was and the idle time started again; entries of
+    /// another consumer, owed ones and trimmed ones were not touched.
+    #[tokio::test]
+    async fn extending_a_claim_resets_idle_on_the_server_and_keeps_the_count() {
+        let broker = RedisBroker::standalone(crate::testing::url());
+        let s = format!("rs-test:{}:extend", crate::unique_token());
+        broker
+            .ensure_group(&s, "g", StreamStart::New)
+            .await
+            .unwrap();
+        let sent = broker
+            .publish_batch(&s, (0..4).map(|i| Message::new(vec![i])).collect())
+            .await
+            .unwrap();
+        let read = |consumer, count| ReadRequest::new(&s, "g", consumer, ReadMode::New, count);
+        broker.read(read("a", 3)).await.unwrap();
+        broker.read(read("b", 1)).await.unwrap();
+        broker
+            .retry(&s, "g", &[sent[2]], Retry::After(Duration::from_secs(60)))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+
+        let refreshed = broker
+            .extend_claim(&s, "g", "a", &[sent[0], sent[0], sent[2], sent[3]])
+            .await
+            .unwrap();
+        assert_eq!(refreshed, 1, "only a's own held entry, once");
+        let rows = xpending(&s, "g").await;
+        let row = |id: EntryId| rows.iter().find(|r| r.0 == id.to_string()).unwrap();
+        let (_, owner, idle, count) = row(sent[0]);
+        assert_eq!(
+            (owner.as_str(), *count),
+            ("a", 1),
+            "JUSTID counts no delivery"
+        );
+        assert!(*idle < 50, "idle restarted: {idle} ms");
+        assert!(row(sent[1]).2 >= 60, "a's entry not named stays idle");
+        assert!(row(sent[3]).2 >= 60, "b's entry is not taken or refreshed");
+        assert_eq!(row(sent[3]).1, "b");
+        assert_eq!(
+            rows.len(),
+            3,
+            "the owed entry is still out of the pending list"
+        );
+
+        // An entry trimmed while pending is passed over, not dropped from
+        // the pending list (XCLAIM would drop it).
+        broker.trim(&s, Trim::MaxLen(0)).await.unwrap();
+        assert_eq!(broker.extend_claim(&s, "g", "a", &sent).await.unwrap(), 0);
+        assert_eq!(xpending(&s, "g").await.len(), 3);
+
+        let err = broker
+            .extend_claim(&s, "ghost", "a", &sent)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, BrokerError::NoGroup { .. }), "{err:?}");
+        let err = broker
+            .extend_claim(&s, "g", "a\nb", &sent)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("consumer name"), "{err}");
+        let _: Value = redis::cmd("DEL")
+            .arg(&s)
+            .query_async(&mut crate::testing::connection().await)
+            .await
+            .unwrap();
+    }
+
+    /// More ids than one `XCLAIM` takes (the script claims in chunks).
+    #[tokio::test]
+    async fn many_ids_are_extended_in_chunks() {
+        let broker = RedisBroker::standalone(crate::testing::url());
+        let s = format!("rs-test:{}:extend-many", crate::unique_token());
+        broker
+            .ensure_group(&s, "g", StreamStart::New)
+            .await
+            .unwrap();
+        let n = 2_500;
+        let sent = broker
+            .publish_batch(&s, (0..n).map(|_| Message::new(b"x".to_vec())).collect())
+            .await
+            .unwrap();
+        let read = ReadRequest::new(&s, "g", "a", ReadMode::New, n);
+        assert_eq!(broker.read(read).await.unwrap().deliveries.len(), n);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(
+            broker.extend_claim(&s, "g", "a", &sent).await.unwrap(),
+            n as u64
+        );
+        let rows = xpending(&s, "g").await;
+        assert_eq!(rows.len(), n);
+        assert!(
+            rows.iter().all(|r| r.2 < 30 && r.3 == 1),
+            "{:?}",
+            &rows[..3]
+        );
+        let _: Value = redis::cmd("DEL")
+            .arg(&s)
+            .query_async(&mut crate::testing::connection().await)
+            .await
+            .unwrap();
+    }
 }

@@ -1,5 +1,6 @@
 //! The settle scripts: `ack.lua`, `retry.lua`, `dead_letter.lua`,
-//! `redrive.lua` and `discard.lua`.
+//! `redrive.lua` and `discard.lua`; and `extend_claim.lua`, which keeps
+//! entries pending rather than settling them.
 
 use redis::Value;
 use redis::aio::ConnectionManager;
@@ -136,6 +137,25 @@ impl Scripts {
             .ids(ids);
         let reply: Value = call.invoke(&mut conn).await?;
         Ok(settled_count(&reply))
+    }
+}
+
+impl Scripts {
+    /// `extend_claim.lua`: refreshes `consumer`'s claim on those of `ids`
+    /// it holds; returns how many.
+    pub(crate) async fn extend_claim(
+        &self,
+        mut conn: ConnectionManager,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+        ids: &[EntryId],
+    ) -> Result<u64, ScriptError> {
+        let call = Call::new(&self.extend_claim, &[stream])
+            .arg(group)
+            .arg(consumer)
+            .ids(ids);
+        Ok(call.invoke(&mut conn).await?)
     }
 }
 

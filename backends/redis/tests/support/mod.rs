@@ -3,8 +3,6 @@
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 /// The server under test: `RUSTSTREAM_REDIS_URL`, default
 /// `redis://127.0.0.1:6379`. Tests never skip without one: they fail.
 pub fn url() -> String {
@@ -26,17 +24,7 @@ pub fn url_db(db: u32) -> String {
 
 /// A name no other test or run uses.
 pub fn unique(what: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "rs-test:{}-{:x}-{}:{what}",
-        std::process::id(),
-        nanos,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("rs-test:{}:{what}", ruststream_redis::unique_token())
 }
 
 /// A plain connection to the server (database `db`), as another client
@@ -52,6 +40,18 @@ pub async fn raw(db: u32) -> redis::aio::MultiplexedConnection {
                 url()
             )
         })
+}
+
+/// `XRANGE key from to` on database 0, as another client reads it.
+pub async fn xrange(key: &str, from: &str, to: &str) -> redis::Value {
+    let mut cli = raw(0).await;
+    redis::cmd("XRANGE")
+        .arg(key)
+        .arg(from)
+        .arg(to)
+        .query_async(&mut cli)
+        .await
+        .unwrap()
 }
 
 /// Kills every client connected to database `db` (but the one asking),
