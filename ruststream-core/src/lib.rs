@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+mod backoff;
 mod broker;
 #[cfg(feature = "clock")]
 mod clock;
@@ -19,6 +20,7 @@ mod message;
 mod names;
 mod options;
 
+pub use backoff::{BackoffCurve, BackoffPolicy, DURATION_UNITS};
 pub use broker::{Broker, BrokerFuture, ReadBatch, ReadMode, ReadRequest, Retry, Trim};
 #[cfg(feature = "clock")]
 pub use clock::Clock;

@@ -24,6 +24,8 @@
 //! is reported on that type, once, instead of on the attribute. (A separate
 //! assertion beside each call would report the same mistake twice.)
 
+use std::time::Duration;
+
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::ext::IdentExt;
@@ -35,6 +37,7 @@ use syn::{
 
 use crate::ctxt::Ctxt;
 use crate::parse::{self, Count, Handler, Mode, Payload, SubscriberArgs, Workers, code};
+use ruststream_core::{BackoffCurve, BackoffPolicy};
 
 /// `#[subscriber(..)]`.
 pub(crate) fn subscriber(attr: TokenStream, item: TokenStream) -> TokenStream {
@@ -472,12 +475,37 @@ fn subscription(args: &SubscriberArgs) -> TokenStream {
         .prefetch
         .as_ref()
         .map(|Count { expr, .. }| quote!(.prefetch(#expr)));
+    let backoff = args.backoff.as_ref().map(backoff);
     quote! {
         ::ruststream::__private::Subscription::new(#descriptor)
             #workers
             #max_deliveries
             #prefetch
+            #backoff
     }
+}
+
+/// `.backoff(..)`: the policy the macro checked, built again from its
+/// values through the same constructor (which cannot refuse it).
+fn backoff(policy: &BackoffPolicy) -> TokenStream {
+    let duration = |d: Duration| {
+        let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+        quote!(::core::time::Duration::new(#secs, #nanos))
+    };
+    let policy_path = quote!(::ruststream::__private::BackoffPolicy);
+    let built = match policy.curve() {
+        BackoffCurve::Fixed(delay) => {
+            let delay = duration(delay);
+            quote!(#policy_path::fixed(#delay))
+        }
+        BackoffCurve::Exponential { base, factor, max } => {
+            let (base, max) = (duration(base), duration(max));
+            let factor = proc_macro2::Literal::f64_suffixed(factor);
+            quote!(#policy_path::exponential(#base, #factor, #max))
+        }
+    };
+    let jitter = policy.has_jitter();
+    quote!(.backoff(::ruststream::__private::checked_backoff(#built, #jitter)))
 }
 
 /// The subscriber's generated doc line: what it reads, as which group, and

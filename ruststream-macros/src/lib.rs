@@ -66,9 +66,41 @@ use proc_macro::TokenStream;
 /// | `reply` | the handler returns a value that is published (see below) |
 /// | `max_deliveries(n)` | an entry delivered `n` times is dead-lettered instead of delivered again (default: no bound) |
 /// | `prefetch(n)` | at most `n` entries are read ahead of the handlers (at least `workers`) |
+/// | `backoff(POLICY)`, `backoff(POLICY, jitter)` | a failed delivery is retried after the policy's delay instead of at once (see below) |
 ///
 /// A count is an integer literal (checked here: at least 1, and `prefetch`
 /// at least `workers`) or any expression (checked when the app starts).
+///
+/// ## `backoff`
+///
+/// `backoff(..)` turns `retry()`, an `Err`, a panic and a reply that could
+/// not be published into `retry_after(delay)`, where the delay comes from
+/// the entry's delivery count (`DELIVERY_COUNT_HEADER`: 0 on the first
+/// delivery), which the broker keeps, so it holds across restarts and
+/// consumers. An explicit `retry_after(d)` still waits `d`.
+///
+/// | policy | delay after a delivery with `count` earlier ones |
+/// |---|---|
+/// | `fixed(d)` | `d` |
+/// | `exponential(base, factor, max = cap)` | `base * factor^count`, at most `cap` |
+///
+/// Durations are integer literals with a unit: `ms`, `s`, `min` or `h`
+/// (`250ms`, `30s`, `5min`, `1h`); the factor is a number (`2`, `1.5`).
+/// `jitter` draws each delay uniformly from `[delay/2, delay]` (in whole
+/// milliseconds), from a seed made of the entry's id and delivery count:
+/// entries failing together spread out, and a given delivery always waits
+/// the same time. All of it is checked here: an unknown policy or unit, a
+/// missing argument, a zero or negative duration, a factor below 1 or a
+/// `max` below the base is a compile error on that argument.
+///
+/// ```ignore
+/// #[subscriber(
+///     RedisStream::claiming("payments", MIN_IDLE).group("ledger"),
+///     backoff(exponential(100ms, 2.0, max = 5min), jitter),
+///     max_deliveries(12),
+/// )]
+/// async fn post_payment(payment: &Payment) -> Result<(), LedgerError> { .. }
+/// ```
 ///
 /// # The function
 ///

@@ -105,12 +105,14 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::run_main;
+    pub use crate::stream::checked_backoff;
     pub use crate::subscriber::{decode, reply};
     pub use crate::{
         App, Context, IntoSettle, Outgoing, Registration, Settle, Stream, Subscriber,
         SubscriberInfo, Subscription,
     };
     pub use inventory;
+    pub use ruststream_core::BackoffPolicy;
     pub use serde;
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ruststream_core::{ReadMode, StreamStart};
+use ruststream_core::{BackoffPolicy, ReadMode, StreamStart};
 
 /// Describes which stream a subscriber reads, through which consumer group,
 /// and which entries it takes. Backend-neutral: the same descriptor works on
@@ -166,6 +166,9 @@ pub struct Subscription {
     pub max_deliveries: Option<u32>,
     /// Entries read ahead of the handlers at most (default: 4 per worker).
     pub prefetch: Option<usize>,
+    /// How long a failed delivery waits before its retry; `None`: it is
+    /// retried at once (see `docs/semantics.md`, Outcomes).
+    pub backoff: Option<BackoffPolicy>,
 }
 
 impl Subscription {
@@ -177,6 +180,7 @@ impl Subscription {
             by_key: false,
             max_deliveries: None,
             prefetch: None,
+            backoff: None,
         }
     }
 
@@ -204,6 +208,14 @@ impl Subscription {
         self
     }
 
+    /// `backoff(..)`: `retry()`, an `Err`, a panic and a reply that could
+    /// not be published become a retry after `policy.delay(id,
+    /// delivery_count)`; an explicit `retry_after(d)` still waits `d`.
+    pub fn backoff(mut self, policy: BackoffPolicy) -> Self {
+        self.backoff = Some(policy);
+        self
+    }
+
     /// The read-ahead bound in force: `prefetch(n)` if given (at least
     /// `workers`), else 4 entries per worker.
     pub fn read_ahead(&self) -> usize {
@@ -211,5 +223,17 @@ impl Subscription {
             .unwrap_or(self.workers.saturating_mul(4))
             .max(self.workers)
             .max(1)
+    }
+}
+
+/// The policy of a `backoff(..)` option, which `#[subscriber]` has checked
+/// at compile time against the same rules: an error here is a bug in the
+/// macro.
+#[doc(hidden)]
+pub fn checked_backoff(policy: Result<BackoffPolicy, String>, jitter: bool) -> BackoffPolicy {
+    match policy {
+        Ok(policy) if jitter => policy.with_jitter(),
+        Ok(policy) => policy,
+        Err(error) => panic!("#[subscriber] passed a backoff it should have refused: {error}"),
     }
 }

@@ -5,18 +5,22 @@
 //! with the list that error messages and suggestions are built from. The
 //! descriptor's constructors and methods are likewise one list each.
 
+use std::time::Duration;
+
 use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{
-    Expr, ExprCall, ExprLit, ExprMethodCall, ExprPath, ExprUnary, Ident, Lit, Token, UnOp, token,
+    Expr, ExprAssign, ExprCall, ExprLit, ExprMethodCall, ExprPath, ExprUnary, Ident, Lit, Token,
+    UnOp, token,
 };
 
 use crate::ctxt::Ctxt;
+use crate::parse::code;
 use ruststream_core::{
-    BrokerError, CountOption, NameKind, check_name, check_prefetch_covers_workers,
+    BackoffPolicy, BrokerError, CountOption, NameKind, check_name, check_prefetch_covers_workers,
 };
 
 /// How one option of `#[subscriber]` is written, for messages.
@@ -39,6 +43,7 @@ macro_rules! subscriber_options {
         mod kw {
             $(syn::custom_keyword!($keyword);)+
             syn::custom_keyword!(by_key);
+            syn::custom_keyword!(jitter);
         }
 
         /// Every option of `#[subscriber]` after the descriptor.
@@ -53,6 +58,7 @@ subscriber_options! {
     reply: "reply";
     max_deliveries: "max_deliveries(n)";
     prefetch: "prefetch(n)";
+    backoff: "backoff(fixed(1s))", "backoff(exponential(100ms, 2.0, max = 5min), jitter)";
 }
 
 /// What a descriptor reads, as the constructor it starts with says.
@@ -152,6 +158,8 @@ pub(crate) struct SubscriberArgs {
     pub(crate) reply: Option<kw::reply>,
     pub(crate) max_deliveries: Option<Count>,
     pub(crate) prefetch: Option<Count>,
+    /// `backoff(..)`, checked: its arguments are all literals.
+    pub(crate) backoff: Option<BackoffPolicy>,
 }
 
 /// The stream descriptor, and what it reads when that can be told from
@@ -199,6 +207,7 @@ enum OptionName {
     Reply(kw::reply),
     MaxDeliveries(kw::max_deliveries),
     Prefetch(kw::prefetch),
+    Backoff(kw::backoff),
     /// `by_key` on its own: it belongs inside `workers(..)`.
     ByKey(kw::by_key),
     /// Any other word: a misspelt option, or a descriptor method.
@@ -215,6 +224,8 @@ impl OptionName {
             input.parse().map(Self::MaxDeliveries)
         } else if input.peek(kw::prefetch) {
             input.parse().map(Self::Prefetch)
+        } else if input.peek(kw::backoff) {
+            input.parse().map(Self::Backoff)
         } else if input.peek(kw::by_key) {
             input.parse().map(Self::ByKey)
         } else if input.peek(Ident::peek_any) {
@@ -231,6 +242,7 @@ impl OptionName {
             Self::Reply(_) => "reply".to_owned(),
             Self::MaxDeliveries(_) => "max_deliveries".to_owned(),
             Self::Prefetch(_) => "prefetch".to_owned(),
+            Self::Backoff(_) => "backoff".to_owned(),
             Self::ByKey(_) => "by_key".to_owned(),
             Self::Other(ident) => ident.unraw().to_string(),
         }
@@ -242,6 +254,7 @@ impl OptionName {
             Self::Reply(keyword) => keyword.span,
             Self::MaxDeliveries(keyword) => keyword.span,
             Self::Prefetch(keyword) => keyword.span,
+            Self::Backoff(keyword) => keyword.span,
             Self::ByKey(keyword) => keyword.span,
             Self::Other(ident) => ident.span(),
         }
@@ -307,6 +320,7 @@ fn parse_subscriber_args(cx: &Ctxt, input: ParseStream<'_>) -> syn::Result<Optio
         reply: None,
         max_deliveries: None,
         prefetch: None,
+        backoff: None,
     };
     let mut seen: Vec<String> = Vec::new();
     for option in options {
@@ -379,6 +393,9 @@ impl SubscriberArgs {
             OptionName::Prefetch(keyword) => {
                 self.prefetch = single_count(cx, CountOption::Prefetch, keyword.span, args);
             }
+            OptionName::Backoff(keyword) => {
+                self.backoff = backoff(cx, keyword.span, args);
+            }
             OptionName::ByKey(keyword) => cx.error_at(
                 keyword.span,
                 "`by_key` goes inside `workers`: `workers(8, by_key)`",
@@ -447,6 +464,291 @@ fn workers(cx: &Ctxt, span: Span, args: Option<OptionArgs>) -> Option<Workers> {
         count: count?,
         by_key,
     })
+}
+
+/// How `backoff` is written, for messages.
+const BACKOFF_EXAMPLE: &str =
+    "backoff(exponential(100ms, 2.0, max = 5min), jitter)` or `backoff(fixed(1s))";
+
+/// The policies `backoff(..)` takes, each with how it is written.
+const BACKOFF_POLICIES: &[(&str, &str)] = &[
+    ("fixed", "fixed(1s)"),
+    ("exponential", "exponential(100ms, 2.0, max = 5min)"),
+];
+
+/// `backoff(POLICY)` or `backoff(POLICY, jitter)`. The arguments are
+/// literals, so the whole policy is checked here, against the rules of
+/// the core's `BackoffPolicy`, each error on the argument that breaks one.
+fn backoff(cx: &Ctxt, span: Span, args: Option<OptionArgs>) -> Option<BackoffPolicy> {
+    let mut args = expect_args(cx, "backoff", span, args, BACKOFF_EXAMPLE)?.into_iter();
+    let policy = args.next().and_then(|policy| backoff_policy(cx, &policy));
+    let jitter = match args.next() {
+        None => false,
+        Some(Expr::Path(path)) if syn::parse2::<kw::jitter>(path.to_token_stream()).is_ok() => true,
+        Some(other) => {
+            cx.error_spanned_by(
+                &other,
+                "expected `jitter`: `backoff(fixed(1s), jitter)` draws each delay uniformly from [delay/2, delay]",
+            );
+            false
+        }
+    };
+    if let Some(extra) = args.next() {
+        cx.error_spanned_by(
+            &extra,
+            "`backoff` takes at most two arguments: a policy and `jitter`",
+        );
+    }
+    let policy = policy?;
+    Some(if jitter { policy.with_jitter() } else { policy })
+}
+
+/// `fixed(d)` or `exponential(base, factor, max = d)`.
+fn backoff_policy(cx: &Ctxt, expr: &Expr) -> Option<BackoffPolicy> {
+    let policies = || {
+        or_list(
+            BACKOFF_POLICIES
+                .iter()
+                .map(|(_, usage)| format!("`{usage}`")),
+        )
+    };
+    let (name, call) = match expr {
+        Expr::Call(call) => match &*call.func {
+            Expr::Path(path) if path.path.get_ident().is_some() => (&*call.func, Some(call)),
+            other => (other, None),
+        },
+        Expr::Path(path) if path.path.get_ident().is_some() => (expr, None),
+        other => {
+            cx.error_spanned_by(other, format!("expected a backoff policy: {}", policies()));
+            return None;
+        }
+    };
+    let written = match name {
+        Expr::Path(path) => path.path.get_ident().map(|ident| ident.unraw().to_string()),
+        _ => None,
+    };
+    let Some(written) = written else {
+        cx.error_spanned_by(name, format!("expected a backoff policy: {}", policies()));
+        return None;
+    };
+    let Some(&(policy, usage)) = BACKOFF_POLICIES.iter().find(|(p, _)| *p == written) else {
+        let message =
+            match did_you_mean(&written, BACKOFF_POLICIES.iter().map(|(policy, _)| *policy)) {
+                Some(close) => {
+                    format!("unknown backoff policy `{written}`: did you mean `{close}`?")
+                }
+                None => format!(
+                    "unknown backoff policy `{written}`; expected {}",
+                    policies()
+                ),
+            };
+        cx.error_spanned_by(name, message);
+        return None;
+    };
+    let Some(call) = call else {
+        cx.error_spanned_by(name, format!("`{policy}` needs arguments: `{usage}`"));
+        return None;
+    };
+    if policy == "fixed" {
+        fixed(cx, call, usage)
+    } else {
+        exponential(cx, call, usage)
+    }
+}
+
+/// `fixed(d)`.
+fn fixed(cx: &Ctxt, call: &ExprCall, usage: &str) -> Option<BackoffPolicy> {
+    let mut args = call.args.iter();
+    let Some(delay) = args.next() else {
+        cx.error_at(
+            call.paren_token.span.join(),
+            format!("`fixed` needs the delay: `{usage}`"),
+        );
+        return None;
+    };
+    if let Some(extra) = args.next() {
+        cx.error_spanned_by(extra, format!("`fixed` takes one delay: `{usage}`"));
+    }
+    let delay = duration(cx, "the delay", delay)?;
+    checked(cx, call, BackoffPolicy::fixed(delay))
+}
+
+/// `exponential(base, factor, max = d)`: the base and the factor by
+/// position, the cap by name (three bare numbers would not say which is
+/// which).
+fn exponential(cx: &Ctxt, call: &ExprCall, usage: &str) -> Option<BackoffPolicy> {
+    let mut positional = Vec::new();
+    let mut max = None;
+    for arg in &call.args {
+        match arg {
+            Expr::Assign(ExprAssign { left, right, .. }) => {
+                let named = match &**left {
+                    Expr::Path(path) => path.path.get_ident().map(|i| i.unraw().to_string()),
+                    _ => None,
+                };
+                if named.as_deref() == Some("max") && max.is_none() {
+                    max = Some(&**right);
+                } else if named.as_deref() == Some("max") {
+                    cx.error_spanned_by(left, "`max` is given twice: give it once");
+                } else {
+                    cx.error_spanned_by(
+                        left,
+                        format!("`exponential` takes one named argument, `max`: `{usage}`"),
+                    );
+                }
+            }
+            other if max.is_some() => {
+                cx.error_spanned_by(other, format!("`max = ..` comes last: `{usage}`"));
+            }
+            other => positional.push(other),
+        }
+    }
+    let mut positional = positional.into_iter();
+    let base = positional.next();
+    let factor = positional.next();
+    let extra = positional.next();
+    if let Some(extra) = extra {
+        let message = if max.is_none() {
+            // Most likely the cap, written without its name.
+            format!("name the cap: `max = {}`", code(extra))
+        } else {
+            format!("`exponential` takes a base delay, a factor and `max = ..`: `{usage}`")
+        };
+        cx.error_spanned_by(extra, message);
+    }
+    let missing: Vec<&str> = [
+        base.is_none().then_some("the base delay"),
+        factor.is_none().then_some("the factor"),
+        (max.is_none() && extra.is_none()).then_some("the cap `max = ..`"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !missing.is_empty() {
+        cx.error_at(
+            call.paren_token.span.join(),
+            format!(
+                "`exponential` needs {}: `{usage}`",
+                or_list(missing.iter().map(|m| (*m).to_owned())).replace(" or ", " and ")
+            ),
+        );
+    }
+    let base_value = base.and_then(|base| duration(cx, "the base delay", base));
+    let factor_value = factor.and_then(|factor| backoff_factor(cx, factor));
+    let max_value = max.and_then(|max| duration(cx, "`max`", max));
+    let (base_value, max_value) = (base_value?, max_value?);
+    if let (Some(max), Err(message)) = (max, BackoffPolicy::check_max(base_value, max_value)) {
+        cx.error_spanned_by(max, message);
+        return None;
+    }
+    checked(
+        cx,
+        call,
+        BackoffPolicy::exponential(base_value, factor_value?, max_value),
+    )
+}
+
+/// The policy, or its error (every rule was checked on its own argument
+/// first, so this reports only what those checks missed).
+fn checked(
+    cx: &Ctxt,
+    at: &ExprCall,
+    policy: Result<BackoffPolicy, String>,
+) -> Option<BackoffPolicy> {
+    policy
+        .map_err(|message| cx.error_spanned_by(at, message))
+        .ok()
+}
+
+/// A duration literal of `backoff`: a whole number with a unit (`100ms`,
+/// `30s`, `5min`, `1h`), more than zero. Only literals: the policy is then
+/// checked whole at compile time.
+fn duration(cx: &Ctxt, what: &str, expr: &Expr) -> Option<Duration> {
+    let example = "`100ms`, `30s`, `5min` or `1h`";
+    match expr {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) => {
+            let value = match int.base10_parse::<u64>() {
+                Ok(value) => value,
+                Err(error) => {
+                    cx.syn_error(error);
+                    return None;
+                }
+            };
+            let checked = BackoffPolicy::duration_literal(value, int.suffix())
+                .and_then(|d| BackoffPolicy::check_delay(what, d).map(|()| d));
+            checked
+                .map_err(|message| cx.error_spanned_by(int, message))
+                .ok()
+        }
+        Expr::Lit(ExprLit {
+            lit: Lit::Float(float),
+            ..
+        }) => {
+            cx.error_spanned_by(
+                float,
+                format!("write {what} as a whole number with a unit: `1500ms` rather than `1.5s`"),
+            );
+            None
+        }
+        Expr::Unary(ExprUnary {
+            op: UnOp::Neg(_), ..
+        }) => {
+            // The same rule as a zero delay: a negative one is no delay.
+            if let Err(message) = BackoffPolicy::check_delay(what, Duration::ZERO) {
+                cx.error_spanned_by(expr, message);
+            }
+            None
+        }
+        other => {
+            cx.error_spanned_by(
+                other,
+                format!("write {what} as a literal with a unit: {example}"),
+            );
+            None
+        }
+    }
+}
+
+/// The factor of `exponential`: a number literal of at least 1.
+fn backoff_factor(cx: &Ctxt, expr: &Expr) -> Option<f64> {
+    let (value, negative) = match expr {
+        Expr::Unary(ExprUnary {
+            op: UnOp::Neg(_),
+            expr: inner,
+            ..
+        }) => (&**inner, true),
+        other => (other, false),
+    };
+    let parsed = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Float(float),
+            ..
+        }) if float.suffix().is_empty() => float.base10_parse::<f64>(),
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) if int.suffix().is_empty() => int.base10_parse::<f64>(),
+        _ => {
+            cx.error_spanned_by(
+                expr,
+                "write the factor as a plain number: `2.0` doubles each delay",
+            );
+            return None;
+        }
+    };
+    let factor = match parsed {
+        Ok(factor) if negative => -factor,
+        Ok(factor) => factor,
+        Err(error) => {
+            cx.syn_error(error);
+            return None;
+        }
+    };
+    BackoffPolicy::check_factor(factor)
+        .map(|()| factor)
+        .map_err(|message| cx.error_spanned_by(expr, message))
+        .ok()
 }
 
 /// The one count argument of `max_deliveries(n)` or `prefetch(n)`.

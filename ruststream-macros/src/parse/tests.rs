@@ -580,7 +580,8 @@ fn every_listed_option_parses() {
 fn messages_list_every_option_and_constructor() {
     assert_eq!(
         options_list(),
-        "`workers(n)`, `workers(n, by_key)`, `reply`, `max_deliveries(n)` or `prefetch(n)`"
+        "`workers(n)`, `workers(n, by_key)`, `reply`, `max_deliveries(n)`, `prefetch(n)`, \
+         `backoff(fixed(1s))` or `backoff(exponential(100ms, 2.0, max = 5min), jitter)`"
     );
     assert_eq!(
         constructors_list(),

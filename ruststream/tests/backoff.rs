@@ -1,0 +1,238 @@
+//! `backoff(..)` on the memory broker, on a paused clock: the deliveries of
+//! one failing entry land at the policy's times, within the jitter bound,
+//! on `new` and `claiming` subscriptions; an explicit `retry_after(d)`
+//! still wins; the delay follows the broker's delivery count across a
+//! restart (`docs/semantics.md`, Outcomes).
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use ruststream::prelude::*;
+use ruststream::{BackoffPolicy, Subscriber};
+use support::{settle, start, until};
+use tokio::time::Instant;
+
+const MIN_IDLE: Duration = Duration::from_secs(30);
+const MS: Duration = Duration::from_millis(1);
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
+#[outgoing(name = "jobs")]
+struct Job {
+    n: u64,
+}
+
+/// One delivery as a handler saw it: the entry, its delivery count, when.
+type Log = Mutex<Vec<(EntryId, u32, Instant)>>;
+
+fn record(log: &Log, ctx: &Context<'_>) -> u32 {
+    let count = ctx.delivery_count();
+    log.lock().unwrap().push((ctx.id(), count, Instant::now()));
+    count
+}
+
+fn seen(log: &Log) -> Vec<(EntryId, u32, Instant)> {
+    log.lock().unwrap().clone()
+}
+
+async fn publish(broker: &MemoryBroker, stream: &str) {
+    let publisher = Publisher::new(Arc::new(broker.clone()));
+    publisher.publish(&Job { n: 1 }).to(stream).await.unwrap();
+}
+
+/// `exponential(100ms, 2.0, max = 1s), jitter`, as the subscribers below
+/// write it.
+fn exponential() -> BackoffPolicy {
+    BackoffPolicy::exponential(100 * MS, 2.0, Duration::from_secs(1))
+        .unwrap()
+        .with_jitter()
+}
+
+/// Follows one failing entry through `retries` retries: each next delivery
+/// comes exactly `policy.delay(id, count)` after the one before (not a
+/// millisecond sooner), within `[ceiling/2, ceiling]` of the curve.
+async fn deliveries_follow(log: &Log, policy: BackoffPolicy, retries: u32) {
+    until("first delivery", async || seen(log).len() == 1).await;
+    for count in 0..retries {
+        // The retry reaches the broker before the clock moves.
+        settle().await;
+        let (id, seen_count, at) = seen(log)[count as usize];
+        assert_eq!(seen_count, count, "delivery counts go up by one");
+        let delay = policy.delay(id, count);
+        let ceiling = policy.ceiling(count);
+        assert!(
+            delay >= ceiling / 2 && delay <= ceiling,
+            "delivery {count}: {delay:?} outside [{:?}, {ceiling:?}]",
+            ceiling / 2
+        );
+        tokio::time::advance(delay - MS).await;
+        settle().await;
+        assert_eq!(
+            seen(log).len(),
+            count as usize + 1,
+            "delivery {count}: not before {delay:?}"
+        );
+        tokio::time::advance(MS).await;
+        until("the next delivery", async || {
+            seen(log).len() == count as usize + 2
+        })
+        .await;
+        let (next_id, _, next_at) = seen(log)[count as usize + 1];
+        assert_eq!(next_id, id, "a delayed retry keeps the entry's id");
+        assert_eq!(next_at - at, delay, "delivery {count}: after {delay:?}");
+    }
+}
+
+// ---- a new subscription: errors and panics back off ---------------------
+
+static NEW: Log = Mutex::new(Vec::new());
+
+#[subscriber(
+    RedisStream::new("backoff-new").group("g"),
+    backoff(exponential(100ms, 2.0, max = 1s), jitter)
+)]
+async fn failing_new(_job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
+    if record(&NEW, ctx).is_multiple_of(2) {
+        return Err("the ledger is down".to_owned());
+    }
+    panic!("the ledger fell over");
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_on_a_new_subscription_delays_each_retry_by_the_delivery_count() {
+    assert_eq!(failing_new.subscription().backoff, Some(exponential()));
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(failing_new);
+    })
+    .await;
+    publish(&broker, "backoff-new").await;
+    // 100, 200, 400, 800 ms ceilings, then capped at 1 s.
+    deliveries_follow(&NEW, exponential(), 6).await;
+    let info = broker.stream_info("backoff-new").await.unwrap().unwrap();
+    assert_eq!(info.length, 1, "a delayed retry appends no copy");
+    app.shutdown().await;
+}
+
+// ---- a claiming subscription: retry() backs off, well before min_idle ---------------------------
+
+static CLAIMING: Log = Mutex::new(Vec::new());
+
+#[subscriber(
+    RedisStream::claiming("backoff-claiming", MIN_IDLE).group("g"),
+    backoff(exponential(100ms, 2.0, max = 1s), jitter)
+)]
+async fn failing_claiming(_job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    record(&CLAIMING, ctx);
+    HandlerOutcome::retry()
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_on_a_claiming_subscription_replaces_the_min_idle_wait() {
+    assert_eq!(failing_claiming.subscription().backoff, Some(exponential()));
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(failing_claiming);
+    })
+    .await;
+    publish(&broker, "backoff-claiming").await;
+    deliveries_follow(&CLAIMING, exponential(), 6).await;
+    app.shutdown().await;
+}
+
+// ---- an explicit retry_after wins; fixed without jitter ---------------------------
+
+static EXPLICIT: Log = Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::new("backoff-explicit").group("g"), backoff(fixed(1s)))]
+async fn explicit(_job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    match record(&EXPLICIT, ctx) {
+        0 => HandlerOutcome::retry_after(Duration::from_secs(5)),
+        1 => HandlerOutcome::retry(),
+        _ => HandlerOutcome::ack(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_explicit_retry_after_wins_over_the_backoff() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(explicit);
+    })
+    .await;
+    publish(&broker, "backoff-explicit").await;
+    until("first delivery", async || seen(&EXPLICIT).len() == 1).await;
+    settle().await;
+    tokio::time::advance(Duration::from_secs(1)).await;
+    settle().await;
+    assert_eq!(
+        seen(&EXPLICIT).len(),
+        1,
+        "retry_after(5s), not the 1 s backoff"
+    );
+    tokio::time::advance(Duration::from_secs(4)).await;
+    until("second delivery", async || seen(&EXPLICIT).len() == 2).await;
+    settle().await;
+    // retry() now: the fixed 1 s, no jitter.
+    tokio::time::advance(Duration::from_secs(1) - MS).await;
+    settle().await;
+    assert_eq!(seen(&EXPLICIT).len(), 2);
+    tokio::time::advance(MS).await;
+    until("third delivery", async || seen(&EXPLICIT).len() == 3).await;
+    let log = seen(&EXPLICIT);
+    assert_eq!(log[1].2 - log[0].2, Duration::from_secs(5));
+    assert_eq!(log[2].2 - log[1].2, Duration::from_secs(1));
+    app.shutdown().await;
+}
+
+// ---- the delay follows the broker's count across a restart ----------------------
+
+static RESTART: Log = Mutex::new(Vec::new());
+
+#[subscriber(
+    RedisStream::new("backoff-restart").group("g"),
+    backoff(exponential(100ms, 2.0, max = 1s), jitter)
+)]
+async fn restarted(_job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    record(&RESTART, ctx);
+    HandlerOutcome::retry()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_delay_follows_the_delivery_count_across_a_restart() {
+    let policy = exponential();
+    let broker = MemoryBroker::new();
+    let first = start(&broker, |b| {
+        b.include(restarted);
+    })
+    .await;
+    publish(&broker, "backoff-restart").await;
+    until("first delivery", async || seen(&RESTART).len() == 1).await;
+    first.shutdown().await;
+
+    // Another process (another consumer name) takes over: its delays go
+    // on from the entry's count, not from a fresh start.
+    let second = start(&broker, |b| {
+        b.include(restarted);
+    })
+    .await;
+    let (id, _, at) = seen(&RESTART)[0];
+    let elapsed = Instant::now() - at;
+    tokio::time::advance(policy.delay(id, 0).saturating_sub(elapsed)).await;
+    until("second delivery", async || seen(&RESTART).len() == 2).await;
+    settle().await;
+    let (_, count, at) = seen(&RESTART)[1];
+    assert_eq!(count, 1);
+    let delay = policy.delay(id, 1);
+    assert!(delay >= 100 * MS && delay <= 200 * MS, "{delay:?}");
+    tokio::time::advance(delay - MS).await;
+    settle().await;
+    assert_eq!(seen(&RESTART).len(), 2, "not before the count-1 delay");
+    tokio::time::advance(MS).await;
+    until("third delivery", async || seen(&RESTART).len() == 3).await;
+    assert_eq!(seen(&RESTART)[2].2 - at, delay);
+    second.shutdown().await;
+}
