@@ -401,6 +401,11 @@ impl Plan {
         if let Err(error) = names {
             return Err(invalid(error.to_string()));
         }
+        if let ReplyTarget::Stream(stream) = &included.reply
+            && let Err(error) = check_name(NameKind::Stream, stream)
+        {
+            return Err(invalid(format!("its replies go to a bad stream: {error}")));
+        }
         // The counts' rules live in the core, where the macro applies them
         // to literals at compile time.
         let counts = Counts {
@@ -565,11 +570,21 @@ impl Running {
             .sum()
     }
 
-    /// Whether the app can do its work: a problem for each broker that has
-    /// stopped taking writes ([`Broker::failure`]), naming the subscribers
-    /// that read from it.
+    /// Whether the app can do its work: a problem for each subscription
+    /// that stopped before shutdown (one of its tasks died; it says why),
+    /// and for each broker that has stopped taking writes
+    /// ([`Broker::failure`]), naming the subscribers that read from it.
     pub fn health(&self) -> Health {
         let mut health = Health::default();
+        for s in &self.subscriptions {
+            if let Some(detail) = s.metrics.failure() {
+                health.problems.push(Problem {
+                    broker: s.broker.name(),
+                    subscribers: vec![s.info.name],
+                    detail: format!("subscriber `{}` stopped: {detail}", s.info.name),
+                });
+            }
+        }
         let mut seen: Vec<*const ()> = Vec::new();
         for s in &self.subscriptions {
             let key = Arc::as_ptr(&s.broker).cast::<()>();

@@ -120,6 +120,27 @@ impl<'a> Context<'a> {
         self.consumer
     }
 
+    /// Refreshes this consumer's claim on the entry: its idle time starts
+    /// again, so no claiming reader takes it for another `min_idle`, and its
+    /// delivery count stays as it is. A claiming or reclaim subscription
+    /// does this by itself for every entry it holds; a handler on another
+    /// kind of subscription (or one that wants to be sure) can call it
+    /// during slow work. Returns whether the claim was refreshed (`false`:
+    /// the entry is no longer pending under this consumer).
+    ///
+    /// # Errors
+    ///
+    /// The broker's error, if the call fails.
+    pub async fn extend_claim(&self) -> Result<bool, ruststream_core::BrokerError> {
+        let ids = [self.delivery.id()];
+        let refreshed = self
+            .publisher
+            .broker()
+            .extend_claim(self.stream, self.group, self.consumer, &ids)
+            .await?;
+        Ok(refreshed > 0)
+    }
+
     /// Deliveries before this one (the value of [`DELIVERY_COUNT_HEADER`]).
     pub fn delivery_count(&self) -> u32 {
         self.delivery.delivery_count

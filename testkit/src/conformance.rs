@@ -62,8 +62,10 @@ use ruststream_core::{
 };
 
 mod chaos;
+mod order;
 
 pub use chaos::{FAULT_SEED_VAR, survives_injected_faults};
+pub use order::by_key_order_survives_retries;
 
 type Advance = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
@@ -172,6 +174,8 @@ macro_rules! __conformance_rules {
             an_offset_in_flight_is_not_handed_out_again,
             pending_entries_record_owner_count_and_idle_time,
             a_lapsed_claim_is_handed_out_again,
+            an_extended_claim_stands_for_min_idle_from_the_extension,
+            extending_a_claim_the_consumer_does_not_hold_changes_nothing,
             owed_records_go_out_before_new_ones,
             reclaim_never_hands_out_new_entries,
             a_consumer_rereads_its_own_pending_after_a_restart,
@@ -197,6 +201,7 @@ macro_rules! __conformance_rules {
             a_start_past_the_end_of_the_stream_is_refused,
             bad_names_are_refused_with_the_rule,
             survives_injected_faults,
+            by_key_order_survives_retries,
         );
     };
 }
@@ -646,6 +651,104 @@ pub async fn a_lapsed_claim_is_handed_out_again(t: Target) {
         t.claiming(&s, "third", 10).await.is_empty(),
         "the new claim stands"
     );
+}
+
+/// Extending a claim restarts the entry's idle time without counting a
+/// delivery: it is not claimable until `min_idle` after the extension, and
+/// is then claimed with the count it had.
+pub async fn an_extended_claim_stands_for_min_idle_from_the_extension(t: Target) {
+    let s = t.stream("extend-claim");
+    t.group_at(&s, G, StreamStart::New).await;
+    let sent = t.publish_all(&s, &["slow", "crashed"]).await;
+    assert_eq!(
+        texts(&t.read_new(&s, "worker", 10).await),
+        ["slow", "crashed"]
+    );
+    t.advance(MIN_IDLE * 2 / 3).await;
+    let extended = t
+        .broker
+        .extend_claim(&s, G, "worker", &[sent[0]])
+        .await
+        .unwrap();
+    assert_eq!(extended, 1);
+    let pending = t.broker.pending(&s, G, sent[0], 1, None).await.unwrap();
+    assert_eq!(pending[0].consumer.as_deref(), Some("worker"));
+    assert_eq!(pending[0].times_delivered, 1, "an extension is no delivery");
+    assert!(
+        pending[0].idle_ms < MIN_IDLE.as_millis() as u64 / 2,
+        "{pending:?}"
+    );
+
+    // Idle for min_idle since delivery, but not since the extension.
+    t.advance(MIN_IDLE / 2).await;
+    let claimed = t.claiming(&s, "rescuer", 10).await;
+    assert_eq!(texts(&claimed), ["crashed"], "the extended claim stands");
+    t.broker.ack(&s, G, &ids(&claimed)).await.unwrap();
+
+    t.advance(MIN_IDLE).await;
+    let claimed = t.claiming(&s, "rescuer", 10).await;
+    assert_eq!(ids(&claimed), [sent[0]]);
+    assert_eq!(counts(&claimed), [1], "one earlier delivery, not two");
+    let pending = t.broker.pending(&s, G, sent[0], 1, None).await.unwrap();
+    assert_eq!(pending[0].consumer.as_deref(), Some("rescuer"));
+    assert_eq!(pending[0].times_delivered, 2);
+}
+
+/// Extending claims on entries another consumer holds, owed entries,
+/// entries never delivered and unknown ids refreshes nothing and returns 0;
+/// so does a consumer the group does not know. Names and the group are
+/// checked as by every call.
+pub async fn extending_a_claim_the_consumer_does_not_hold_changes_nothing(t: Target) {
+    let s = t.stream("extend-other");
+    t.group_at(&s, G, StreamStart::New).await;
+    let sent = t
+        .publish_all(&s, &["mine", "theirs", "owed", "unread"])
+        .await;
+    t.read_new(&s, "worker", 1).await;
+    t.read_new(&s, "other", 1).await;
+    t.read_new(&s, "worker", 1).await;
+    t.broker
+        .retry(&s, G, &[sent[2]], Retry::After(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let state = async || -> Vec<(EntryId, Option<String>, u32, bool)> {
+        let pending = t.broker.pending(&s, G, EntryId::ZERO, 10, None).await;
+        let pending = pending.unwrap().into_iter();
+        pending
+            .map(|p| (p.id, p.consumer, p.times_delivered, p.owed_in_ms.is_some()))
+            .collect()
+    };
+    let before = state().await;
+    t.advance(MIN_IDLE).await;
+
+    let not_held = [sent[1], sent[2], sent[3], EntryId::new(1, 1)];
+    let extend = |consumer, ids| t.broker.extend_claim(&s, G, consumer, ids);
+    assert_eq!(extend("worker", &not_held).await.unwrap(), 0);
+    assert_eq!(extend("stranger", &sent).await.unwrap(), 0);
+    assert_eq!(extend("worker", &[]).await.unwrap(), 0);
+    assert_eq!(
+        state().await,
+        before,
+        "owners, counts and owed entries unchanged"
+    );
+
+    // Nothing was refreshed: both held entries are idle enough to claim.
+    let claimed = t.claiming(&s, "rescuer", 10).await;
+    assert_eq!(texts(&claimed), ["mine", "theirs", "unread"]);
+    assert_eq!(counts(&claimed), [1, 1, 0]);
+
+    let err = t
+        .broker
+        .extend_claim(&s, "ghost", "worker", &sent)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BrokerError::NoGroup { .. }), "{err:?}");
+    let err = t
+        .broker
+        .extend_claim(&s, G, "bad\u{0}consumer", &sent)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("consumer name"), "{err}");
 }
 
 /// Owed entries (here: idle ones) go out before new ones.
@@ -1360,6 +1463,7 @@ mod rules_listed {
         let sources = [
             include_str!("conformance.rs"),
             include_str!("conformance/chaos.rs"),
+            include_str!("conformance/order.rs"),
         ];
         let mut defined: Vec<&str> = sources
             .iter()

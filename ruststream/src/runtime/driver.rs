@@ -29,12 +29,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ruststream_core::{BrokerResult, Delivery, ReadBatch};
+use ruststream_core::{BrokerResult, Delivery, ReadBatch, ReadMode};
 use tokio::sync::watch;
 
+use super::Env;
 use super::Metrics;
+use super::claims::KeepAlive;
 use super::handle::Pipeline;
-use super::lanes::{Finished, Lanes};
+use super::lanes::{Finished, Held, Lanes, Started};
 use super::read::{LastRead, ReadWake, Reader};
 use super::settle::{Decided, Decision, Outbox, SettleBatch};
 use crate::Subscriber;
@@ -60,6 +62,10 @@ enum Wake {
     Progress { total: u64, longest: u64 },
     /// The reader: a read returned, a backoff ended, or room appeared.
     Read(ReadWake),
+    /// An entry held on its lane after a retry is due to run again.
+    Due,
+    /// Time to refresh the claims on the entries the lanes hold.
+    KeepAlive,
     /// Shutdown was asked for.
     Stop,
     /// The shutdown deadline passed with handlers still running.
@@ -74,6 +80,7 @@ struct Driver<'a, S, F, M> {
     make: M,
     lanes: Lanes<F>,
     reader: Reader<'a>,
+    keep_alive: KeepAlive<'a>,
     /// tokio's clock, so that a paused test clock measures handlers too.
     epoch: tokio::time::Instant,
     /// The clock, read once per poll of the lanes, in nanoseconds since
@@ -127,6 +134,7 @@ where
                 env.observer.is_some(),
             ),
             reader: Reader::new(env, outbox, last_read),
+            keep_alive: KeepAlive::new(env),
             epoch: tokio::time::Instant::now(),
             now: 0,
             held: 0,
@@ -164,7 +172,8 @@ where
                     self.pipeline.env.metrics.add_handler_time(total, longest);
                 }
                 Wake::Read(ReadWake::Read(result)) => self.on_read(result).await,
-                Wake::Read(ReadWake::BackedOff | ReadWake::Settled) => {}
+                Wake::Read(ReadWake::BackedOff | ReadWake::Settled) | Wake::Due => {}
+                Wake::KeepAlive => self.keep_alive.refresh(self.lanes.holding()),
                 Wake::Stop => self.on_stop(),
                 Wake::Deadline => self.on_deadline(),
             }
@@ -188,7 +197,7 @@ where
             }
             if self
                 .lanes
-                .start(lane, self.pipeline, traced, self.now, &self.make)
+                .start(lane, self.pipeline, traced, self.now, &self.make, true)
             {
                 started += 1;
             }
@@ -231,22 +240,45 @@ where
                 let Some((started, finished)) = this.poll(cx) else {
                     continue;
                 };
-                let decided = match finished {
+                let Decided {
+                    decision,
+                    settlement,
+                } = match finished {
                     Finished::Returned(decided) => decided,
                     Finished::Panicked(panic) => pipeline.panicked(&started, &*panic),
                 };
-                if let Some(delivery) = this.copy.take() {
-                    pipeline.observe(&delivery, decided.settlement);
+                let current = this.current.take();
+                if let Some(delivery) = &current {
+                    pipeline.observe(delivery, settlement);
                 }
-                decisions.add(decided.decision);
-                *held -= 1;
+                match (retry_on_lane(&pipeline.env, &started, &decision), current) {
+                    (Some(OnLane::Hold(delay)), Some(delivery)) => {
+                        this.held = Some(Held::new(delivery, delay));
+                    }
+                    (Some(OnLane::DeadLetter(dead)), _) => {
+                        decisions.add(dead);
+                        *held -= 1;
+                    }
+                    _ => {
+                        decisions.add(decision);
+                        *held -= 1;
+                    }
+                }
                 let took = now.saturating_sub(this.since);
                 total = total.saturating_add(took);
                 longest = longest.max(took);
                 progress = true;
+                if *stopping {
+                    // With `by_key`, what waited behind this handler goes
+                    // back only now, after it, so its keys stay in order.
+                    for delivery in lanes.lanes[lane].take_waiting() {
+                        hand_back(pipeline, decisions, held, &delivery);
+                    }
+                    continue;
+                }
                 // The lane is free: start its next entry, polled in the next
                 // round of this same poll.
-                if !*stopping && lanes.start(lane, pipeline, traced, *now, make) {
+                if lanes.start(lane, pipeline, traced, *now, make, false) {
                     lanes.lanes[lane].fresh = true;
                     started_any = true;
                     *delivered += 1;
@@ -260,8 +292,18 @@ where
         if progress {
             return Poll::Ready(Wake::Progress { total, longest });
         }
+        let mut due = false;
+        for lane in &mut lanes.lanes {
+            due |= lane.poll_held(cx);
+        }
+        if due {
+            return Poll::Ready(Wake::Due);
+        }
         if let Poll::Ready(wake) = self.reader.poll(cx) {
             return Poll::Ready(Wake::Read(wake));
+        }
+        if self.keep_alive.poll(cx).is_ready() {
+            return Poll::Ready(Wake::KeepAlive);
         }
         if !self.stopping && self.stop.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Wake::Stop);
@@ -293,12 +335,25 @@ where
         self.stopping = true;
         self.reader.stop();
         let env = &self.pipeline.env;
-        for delivery in self.lanes.drain_waiting() {
-            Metrics::add(&env.metrics.handed_back, 1);
-            self.pipeline.observe(&delivery, Settlement::HandedBack);
-            self.decisions
-                .add(Decision::After(delivery.id(), Duration::ZERO));
-            self.held -= 1;
+        let Driver {
+            pipeline,
+            lanes,
+            decisions,
+            held,
+            ..
+        } = self;
+        for delivery in lanes.drain_shared() {
+            hand_back(pipeline, decisions, held, &delivery);
+        }
+        // A lane's own entries (`by_key`) go back now only if nothing runs
+        // on it; else after its handler ends (or at the deadline), so that
+        // no other consumer runs a key's later entries while this one
+        // still runs an earlier one. A held entry goes first: owed again at
+        // once and in id order, any consumer takes them in stream order.
+        for lane in lanes.lanes.iter_mut().filter(|lane| !lane.is_running()) {
+            for delivery in lane.take_waiting() {
+                hand_back(pipeline, decisions, held, &delivery);
+            }
         }
         let grace = env.shutdown.borrow().unwrap_or(Duration::ZERO);
         self.deadline = Some(Box::pin(tokio::time::sleep(grace)));
@@ -317,12 +372,20 @@ where
                 id = %started.id,
                 "handler still running at the shutdown deadline: stopped, entry handed back"
             );
-            if let Some(delivery) = lane.copy.take() {
+            if let Some(delivery) = lane.current.take() {
                 self.pipeline.observe(&delivery, Settlement::HandedBack);
             }
             self.decisions
                 .add(Decision::After(started.id, Duration::ZERO));
             self.held -= 1;
+            for delivery in lane.take_waiting() {
+                hand_back(
+                    self.pipeline,
+                    &mut self.decisions,
+                    &mut self.held,
+                    &delivery,
+                );
+            }
         }
     }
 }
@@ -336,4 +399,66 @@ fn shutdown_asked(peek: &mut watch::Receiver<Option<Duration>>) -> bool {
         Ok(true) => peek.borrow_and_update().is_some(),
         Err(_) => true,
     }
+}
+
+/// Hands an entry read but not finished back to the broker at shutdown:
+/// owed again at once, so any consumer gets it without waiting `min_idle`.
+fn hand_back<S: Subscriber>(
+    pipeline: &Pipeline<S>,
+    decisions: &mut SettleBatch,
+    held: &mut usize,
+    delivery: &Delivery,
+) {
+    Metrics::add(&pipeline.env.metrics.handed_back, 1);
+    pipeline.observe(delivery, Settlement::HandedBack);
+    decisions.add(Decision::After(delivery.id(), Duration::ZERO));
+    *held -= 1;
+}
+
+/// What a keyed entry's retry becomes on its `by_key` lane.
+enum OnLane {
+    /// Held on the lane for this long, then run again there.
+    Hold(Duration),
+    /// Dead-lettered instead: the re-run would pass `max_deliveries`.
+    DeadLetter(Decision),
+}
+
+/// On a `by_key` lane, a retry of a keyed entry (a copy on a `new`
+/// subscription, leaving it pending on a claiming one, or a delay) keeps
+/// its key's order: the entry is held on its lane and run again after its
+/// delay (`retry_after(d)`: `d`; `retry()` on a claiming or reclaim
+/// subscription: `min_idle`; on a new one: at once), counted as a delivery.
+/// At the attempt bound it is dead-lettered instead and the key moves on.
+/// `None` for anything else, which is settled as decided.
+fn retry_on_lane(env: &Env, started: &Started, decision: &Decision) -> Option<OnLane> {
+    if !started.keyed {
+        return None;
+    }
+    let delay = match decision {
+        Decision::Copy(_) => Duration::ZERO,
+        Decision::After(_, delay) => *delay,
+        Decision::Leave => match env.subscription.stream.read_mode() {
+            ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } => min_idle,
+            ReadMode::New | ReadMode::OwnPending { .. } => Duration::ZERO,
+        },
+        Decision::Ack(_) | Decision::Dead(..) => return None,
+    };
+    let deliveries = started.delivery_count.saturating_add(1);
+    if let Some(max) = env.subscription.max_deliveries
+        && deliveries >= max
+    {
+        tracing::warn!(
+            subscriber = env.name,
+            stream = env.stream(),
+            group = env.group(),
+            id = %started.id,
+            max_deliveries = max,
+            "entry dead-lettered: delivered max_deliveries times on its by_key lane"
+        );
+        return Some(OnLane::DeadLetter(Decision::Dead(
+            started.id,
+            format!("delivered {deliveries} times (max_deliveries({max})) on its by_key lane"),
+        )));
+    }
+    Some(OnLane::Hold(delay))
 }

@@ -45,7 +45,11 @@ impl<S: Subscriber> Pipeline<S> {
             entry,
             error!(panic = %message, "handler panicked; entry will be retried")
         );
-        self.retry(entry.id, Some(format!("handler panicked: {message}")))
+        self.retry(
+            entry.id,
+            entry.delivery_count,
+            Some(format!("handler panicked: {message}")),
+        )
     }
 
     #[inline]
@@ -133,7 +137,7 @@ impl<S: Subscriber> Pipeline<S> {
             }
             Settle::Outcome(HandlerOutcome::Retry) => {
                 tracing::debug!("handler asked for a retry");
-                self.retry(id, None)
+                self.retry(id, delivery.delivery_count, None)
             }
             Settle::Outcome(HandlerOutcome::RetryAfter(delay)) => {
                 tracing::debug!(?delay, "handler asked for a retry after a delay");
@@ -155,7 +159,7 @@ impl<S: Subscriber> Pipeline<S> {
                     delivery,
                     warn!(%error, "handler failed; entry will be retried")
                 );
-                self.retry(id, Some(error))
+                self.retry(id, delivery.delivery_count, Some(error))
             }
             Settle::Undecodable(error) => {
                 report!(
@@ -165,13 +169,15 @@ impl<S: Subscriber> Pipeline<S> {
                 );
                 Decided::dead(id, error)
             }
+            // Encoding the same value fails the same way every time: a retry
+            // would only loop.
             Settle::ReplyUnencodable(error) => {
                 report!(
                     self,
                     delivery,
-                    error!(%error, "reply cannot be encoded; entry will be retried")
+                    error!(%error, "reply cannot be encoded; entry dead-lettered")
                 );
-                self.retry(id, Some(error))
+                Decided::dead(id, format!("reply cannot be encoded: {error}"))
             }
             Settle::Reply { stream, payload } => {
                 self.publish_reply(delivery, stream, payload).await
@@ -179,10 +185,20 @@ impl<S: Subscriber> Pipeline<S> {
         }
     }
 
-    /// Retry as the subscription kind says: leave pending (claiming,
-    /// reclaim: the next claiming read takes it once idle) or copy (new).
-    fn retry(&self, id: EntryId, reason: Option<String>) -> Decided {
+    /// Retry as the subscription says: after its `backoff(..)` delay if it
+    /// has one, else as its kind says: leave pending (claiming, reclaim:
+    /// the next claiming read takes it once idle) or copy (new).
+    ///
+    /// The delay comes from the delivery count the broker keeps, not from
+    /// state here, so it is the same after a restart or on another
+    /// consumer (`docs/semantics.md`, Outcomes).
+    fn retry(&self, id: EntryId, delivery_count: u32, reason: Option<String>) -> Decided {
         Metrics::add(&self.env.metrics.retried, 1);
+        if let Some(policy) = &self.env.subscription.backoff {
+            let delay = policy.delay(id, delivery_count);
+            tracing::debug!(?delay, "retry after the subscription's backoff");
+            return Decided::new(Decision::After(id, delay), Settlement::RetriedAfter(delay));
+        }
         let decision = if self.env.subscription.stream.retries_in_place() {
             Decision::Leave
         } else {
@@ -211,13 +227,27 @@ impl<S: Subscriber> Pipeline<S> {
                 };
                 Decided::new(Decision::Ack(id), settlement)
             }
-            Err(error) => {
+            Err(error) if error.is_transient() => {
                 report!(
                     self,
                     delivery,
                     error!(reply_stream = stream, %error, "reply not published; entry will be retried")
                 );
-                self.retry(id, Some(format!("reply not published: {error}")))
+                self.retry(
+                    id,
+                    delivery.delivery_count,
+                    Some(format!("reply not published: {error}")),
+                )
+            }
+            // The broker refuses this reply (a bad stream name, an oversized
+            // record): it would refuse it again, so a retry would loop.
+            Err(error) => {
+                report!(
+                    self,
+                    delivery,
+                    error!(reply_stream = stream, %error, "reply refused by the broker; entry dead-lettered")
+                );
+                Decided::dead(id, format!("reply refused by the broker: {error}"))
             }
         }
     }

@@ -6,6 +6,14 @@
 //! of the lane its key hashes to, which runs it before anything from the
 //! shared queue: one key's entries are handled one after another in stream
 //! order, and keyless entries still go to whichever lane is free.
+//!
+//! The order holds through retries: when a keyed entry's handler asks for
+//! another attempt (`retry()`, `retry_after(d)`, an error, a panic), the
+//! entry is [`Held`] on its lane and runs again there after its delay,
+//! counted as a new delivery, while the lane's own queue waits (keyless
+//! entries from the shared queue may still run on it meanwhile). The entry
+//! stays pending under this consumer all along; nothing is sent to the
+//! broker until its handler settles it for good.
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -29,6 +37,9 @@ use crate::Subscriber;
 pub(super) struct Started {
     pub(super) id: EntryId,
     pub(super) delivery_count: u32,
+    /// Whether it came from the lane's own queue (a keyed entry on a
+    /// `by_key` lane), whose order a retry must keep.
+    pub(super) keyed: bool,
 }
 
 impl Started {
@@ -46,6 +57,33 @@ pub(super) enum Finished {
     Panicked(Box<dyn Any + Send>),
 }
 
+/// A keyed entry waiting on its lane to run again after a retry.
+pub(super) struct Held {
+    /// The delivery to run, its count already raised for the re-run.
+    delivery: Delivery,
+    /// When it may run; `None` once due.
+    due: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Held {
+    /// Holds `delivery` for `delay`, as its next delivery.
+    pub(super) fn new(mut delivery: Delivery, delay: std::time::Duration) -> Self {
+        delivery.delivery_count = delivery.delivery_count.saturating_add(1);
+        delivery.idle_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        let due = (!delay.is_zero()).then(|| Box::pin(tokio::time::sleep(delay)));
+        Held { delivery, due }
+    }
+
+    fn is_due(&self) -> bool {
+        self.due.is_none()
+    }
+
+    /// The held delivery, as handed back at shutdown.
+    pub(super) fn into_delivery(self) -> Delivery {
+        self.delivery
+    }
+}
+
 /// One lane: its own queue (with `by_key`) and the handler it runs (the
 /// future `F`).
 pub(super) struct Lane<F> {
@@ -56,9 +94,13 @@ pub(super) struct Lane<F> {
     slot: Pin<Box<Option<F>>>,
     /// The entry the handler runs; `Some` exactly while the slot is.
     running: Option<Started>,
-    /// With an observer, a copy of the delivery the handler runs (the
-    /// observer is told about it with its outcome).
-    pub(super) copy: Option<Delivery>,
+    /// A copy of the delivery the handler runs, kept with an observer (it
+    /// is told about it with its outcome) and on `by_key` lanes (a retried
+    /// keyed entry is held and run again from it).
+    pub(super) current: Option<Delivery>,
+    /// A keyed entry held after a retry: it runs before anything else of
+    /// the lane's own queue.
+    pub(super) held: Option<Held>,
     /// The delivery span, when that is enabled.
     span: Option<tracing::Span>,
     /// When the handler started, in nanoseconds since the task's epoch.
@@ -74,7 +116,8 @@ impl<F: Future<Output = Decided>> Lane<F> {
             own: VecDeque::new(),
             slot: Box::pin(None),
             running: None,
-            copy: None,
+            current: None,
+            held: None,
             span: None,
             since: 0,
             fresh: false,
@@ -101,6 +144,36 @@ impl<F: Future<Output = Decided>> Lane<F> {
         self.running.take().map(|started| (started, finished))
     }
 
+    /// Whether a handler runs on the lane.
+    pub(super) fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Takes what waits on the lane, in the order it would have run: the
+    /// held entry, then the lane's own queue.
+    pub(super) fn take_waiting(&mut self) -> impl Iterator<Item = Delivery> + '_ {
+        self.held
+            .take()
+            .map(Held::into_delivery)
+            .into_iter()
+            .chain(self.own.drain(..))
+    }
+
+    /// Polls the held entry's delay; true when it has just become due.
+    pub(super) fn poll_held(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(held) = &mut self.held else {
+            return false;
+        };
+        let Some(due) = &mut held.due else {
+            return false;
+        };
+        if due.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        held.due = None;
+        true
+    }
+
     /// Stops the lane's handler (dropped where it waits) and returns the
     /// entry it ran, if any.
     pub(super) fn stop(&mut self) -> Option<Started> {
@@ -115,17 +188,17 @@ pub(super) struct Lanes<F> {
     /// Entries any lane may take.
     shared: VecDeque<Delivery>,
     pub(super) lanes: Vec<Lane<F>>,
-    by_key: bool,
+    pub(super) by_key: bool,
     keep_copies: bool,
 }
 
 impl<F: Future<Output = Decided>> Lanes<F> {
-    pub(super) fn new(lanes: usize, by_key: bool, keep_copies: bool) -> Self {
+    pub(super) fn new(lanes: usize, by_key: bool, observed: bool) -> Self {
         Lanes {
             shared: VecDeque::new(),
             lanes: (0..lanes).map(|_| Lane::new()).collect(),
             by_key,
-            keep_copies,
+            keep_copies: observed || by_key,
         }
     }
 
@@ -145,17 +218,18 @@ impl<F: Future<Output = Decided>> Lanes<F> {
         }
     }
 
-    /// Every entry still waiting, taken out of the queues.
-    pub(super) fn drain_waiting(&mut self) -> impl Iterator<Item = Delivery> + '_ {
-        self.lanes
-            .iter_mut()
-            .map(|lane| &mut lane.own)
-            .chain([&mut self.shared])
-            .flat_map(|queue| queue.drain(..))
+    /// The entries waiting in the shared queue, taken out of it.
+    pub(super) fn drain_shared(&mut self) -> impl Iterator<Item = Delivery> + '_ {
+        self.shared.drain(..)
     }
 
-    /// Starts `lane`'s next entry, its own first, then a shared one, if
-    /// the lane is idle. Returns whether it started one.
+    /// Starts `lane`'s next entry, if the lane is idle: its held entry once
+    /// due (only with `held_ok`), else its own queue's next (unless an entry
+    /// is held), else a shared one. Returns whether it started one.
+    ///
+    /// A held entry is never restarted in the poll whose handler just
+    /// asked to retry it (`held_ok` false there): the task yields between
+    /// re-runs, so a handler that fails at once cannot spin the task.
     #[inline]
     pub(super) fn start<S: Subscriber>(
         &mut self,
@@ -164,6 +238,7 @@ impl<F: Future<Output = Decided>> Lanes<F> {
         traced: bool,
         now: u64,
         make: &impl Fn(Delivery) -> F,
+        held_ok: bool,
     ) -> bool {
         let Lanes {
             shared,
@@ -175,11 +250,22 @@ impl<F: Future<Output = Decided>> Lanes<F> {
         if lane.slot.is_some() {
             return false;
         }
-        let next = match lane.own.pop_front() {
-            Some(delivery) => delivery,
-            None => match shared.pop_front() {
-                Some(delivery) => delivery,
+        let (next, keyed) = match &lane.held {
+            Some(held) if held_ok && held.is_due() => match lane.held.take() {
+                Some(held) => (held.delivery, true),
                 None => return false,
+            },
+            // A held entry keeps its keys' later entries waiting.
+            Some(_) => match shared.pop_front() {
+                Some(delivery) => (delivery, false),
+                None => return false,
+            },
+            None => match lane.own.pop_front() {
+                Some(delivery) => (delivery, true),
+                None => match shared.pop_front() {
+                    Some(delivery) => (delivery, false),
+                    None => return false,
+                },
             },
         };
         lane.span = if traced {
@@ -190,18 +276,34 @@ impl<F: Future<Output = Decided>> Lanes<F> {
         lane.running = Some(Started {
             id: next.id(),
             delivery_count: next.delivery_count,
+            keyed,
         });
         if *keep_copies {
-            lane.copy = Some(next.clone());
+            lane.current = Some(next.clone());
         }
         lane.slot.set(Some(make(next)));
         lane.since = now;
         true
     }
 
+    /// Every entry the lanes hold: queued, running, or held after a retry.
+    pub(super) fn holding(&self) -> Vec<EntryId> {
+        let mut ids: Vec<EntryId> = self.shared.iter().map(Delivery::id).collect();
+        for lane in &self.lanes {
+            ids.extend(lane.own.iter().map(Delivery::id));
+            ids.extend(lane.running.map(|started| started.id));
+            ids.extend(lane.held.as_ref().map(|held| held.delivery.id()));
+        }
+        ids
+    }
+
     /// Whether no entry waits in any queue: a start would find nothing.
     pub(super) fn nothing_to_start(&self) -> bool {
-        self.shared.is_empty() && self.lanes.iter().all(|lane| lane.own.is_empty())
+        self.shared.is_empty()
+            && self
+                .lanes
+                .iter()
+                .all(|lane| lane.own.is_empty() && lane.held.as_ref().is_none_or(|h| !h.is_due()))
     }
 }
 

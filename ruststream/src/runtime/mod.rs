@@ -16,11 +16,13 @@
 //!   it;
 //! - `settle`: decisions on their way to the broker, batched, and applied
 //!   again until they land;
+//! - `claims`: keeping the claims on held entries fresh;
 //! - `driver`: the task's poll loop, one method per wake event;
 //! - `stats`: counters, and the [`SubscriptionStats`] an app reports;
 //! - `backoff`: jittered exponential backoff.
 
 mod backoff;
+mod claims;
 mod driver;
 mod handle;
 mod lanes;
@@ -72,10 +74,15 @@ impl Env {
 }
 
 /// Runs one subscription until shutdown.
+///
+/// If either of its two tasks dies (a panic in a broker call, say), the
+/// subscription stops, says why at error level, and the app's health
+/// reports it: a subscription that silently stopped reading, or stopped
+/// settling while it went on reading, would strand entries unseen.
 pub(crate) async fn run_subscription<S: Subscriber>(subscriber: Arc<S>, env: Env) {
     let outbox = Arc::new(settle::Outbox::default());
     let last_read = Arc::new(read::LastRead::new(env.resume_floor));
-    let settler = tokio::spawn(settle::settle_loop(
+    let mut settler = tokio::spawn(settle::settle_loop(
         env.clone(),
         Arc::clone(&outbox),
         Arc::clone(&last_read),
@@ -85,14 +92,45 @@ pub(crate) async fn run_subscription<S: Subscriber>(subscriber: Arc<S>, env: Env
         env: env.clone(),
     };
     let span = tracing::debug_span!("subscription", subscriber = env.name);
-    {
+    let drive = async {
         // Closes the outbox however the task ends, a panic included, so the
         // settler always applies what it has and stops.
         let _close = settle::CloseOnDrop(&outbox);
         driver::drive(&pipeline, &outbox, &last_read)
             .instrument(span)
             .await;
+    };
+    let mut drive = std::pin::pin!(drive);
+    let driven = std::future::poll_fn(|cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drive.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(())) => std::task::Poll::Ready(None),
+            Err(panic) => std::task::Poll::Ready(Some(format!(
+                "its task panicked: {}",
+                handle::panic_message(&*panic)
+            ))),
+        }
+    });
+    let failure = tokio::select! {
+        failure = driven => {
+            if failure.is_some() {
+                // The outbox is closed by now: the settler applies what it
+                // has, then ends.
+                outbox.close();
+            }
+            let settled = (&mut settler).await;
+            failure.or_else(|| settled.err().map(|e| format!("its settler failed: {e}")))
+        }
+        settled = &mut settler => Some(match settled {
+            Ok(()) => "its settler stopped".to_owned(),
+            Err(e) => format!("its settler failed: {e}"),
+        }),
+    };
+    match failure {
+        Some(detail) => {
+            tracing::error!(subscriber = env.name, %detail, "subscriber stopped");
+            env.metrics.set_failure(detail);
+        }
+        None => tracing::info!(subscriber = env.name, "subscriber stopped"),
     }
-    let _ = settler.await;
-    tracing::info!(subscriber = env.name, "subscriber stopped");
 }

@@ -89,14 +89,6 @@ pub(super) struct Reader<'a> {
     /// its own pending list before its first ordinary read. `Some` holds
     /// the id to page on from.
     recovering: Option<EntryId>,
-    /// Set when a `new` subscription's read failed: the broker may have
-    /// handed out entries whose reply was lost. They sit pending under this
-    /// consumer, and nothing else would hand them out again while it lives
-    /// (claiming and reclaim reads take such entries back once idle, so
-    /// those subscriptions need no check). Once everything the subscription
-    /// holds has settled, any entry still pending under its name is one of
-    /// those, and it re-reads its own pending list as at start-up.
-    recheck_own: bool,
     /// Whether a lost group was recreated since the last successful read.
     recreated_since_read: bool,
 }
@@ -117,7 +109,6 @@ impl<'a> Reader<'a> {
             backing_off: None,
             room: None,
             recovering: Some(EntryId::ZERO),
-            recheck_own: false,
             recreated_since_read: false,
         }
     }
@@ -134,11 +125,7 @@ impl<'a> Reader<'a> {
         // Decisions of this wake were pushed to the outbox before this is
         // called, so they count already.
         let unsettled = usize::try_from(env.metrics.in_flight()).unwrap_or(usize::MAX);
-        if self.recheck_own && unsettled == 0 {
-            self.recheck_own = false;
-            self.recovering = Some(EntryId::ZERO);
-        }
-        if unsettled > self.low_water || self.recheck_own {
+        if unsettled > self.low_water {
             if self.room.is_none() {
                 self.room = Some(Box::pin(self.outbox.settled.notified()));
             }
@@ -229,10 +216,18 @@ impl<'a> Reader<'a> {
     /// and backs off (or, right after recreating the group, reads again at
     /// once).
     pub(super) async fn failed(&mut self, error: BrokerError) {
-        // A failed own-pending read loses nothing: what it would have
-        // handed out is still pending here.
+        // The broker may have applied the read and lost its reply: the new
+        // entries it handed out sit pending under this consumer, and on a
+        // `new` subscription nothing else would hand them out again while
+        // it lives (claiming and reclaim reads take such entries back once
+        // idle). Their ids are past the last id read, and everything the
+        // subscription holds is at or below it, so the next read pages
+        // through its own pending list from there, then reads on. (Owed
+        // entries a lost reply handed out have older ids; they wait for a
+        // restart's re-read.) A failed own-pending read loses nothing: what
+        // it would have handed out is still pending here.
         if self.recovering.is_none() && !self.env.subscription.stream.retries_in_place() {
-            self.recheck_own = true;
+            self.recovering = Some(self.last_read.get());
         }
         let env = self.env;
         let delay = self.backoff.next_delay();

@@ -156,6 +156,7 @@ pub(super) async fn settle_loop(env: Env, outbox: Arc<Outbox>, last_read: Arc<La
         env: &env,
         outbox: &outbox,
         last_read: &last_read,
+        abandoned: AtomicBool::new(false),
     };
     while outbox.take(&mut batch).await {
         let settled = batch.count;
@@ -172,6 +173,10 @@ struct Settler<'a> {
     env: &'a Env,
     outbox: &'a Outbox,
     last_read: &'a LastRead,
+    /// Set once a call has given up while stopping: the broker is not
+    /// answering, so the calls after it are not tried (shutdown stays
+    /// bounded).
+    abandoned: AtomicBool,
 }
 
 /// Settle decisions grouped into broker calls.
@@ -242,16 +247,22 @@ impl SettleBatch {
             .await;
         }
         self.delayed.clear();
-        for (id, reason) in self.dead.drain(..) {
-            let ids = [id];
-            if settle_call(settler, "dead-letter", 1, || {
-                broker.dead_letter(stream, group, &ids, &reason)
-            })
-            .await
-            {
-                Metrics::add(&env.metrics.dead_lettered, 1);
+        // One call per reason (a poison run shares one), ids in order.
+        self.dead.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+        for run in self.dead.chunk_by(|a, b| a.1 == b.1) {
+            let reason = &run[0].1;
+            let ids: Vec<EntryId> = run.iter().map(|(id, _)| *id).collect();
+            for ids in ids.chunks(SETTLE_BATCH) {
+                if settle_call(settler, "dead-letter", ids.len(), || {
+                    broker.dead_letter(stream, group, ids, reason)
+                })
+                .await
+                {
+                    Metrics::add(&env.metrics.dead_lettered, ids.len() as u64);
+                }
             }
         }
+        self.dead.clear();
     }
 }
 
@@ -280,7 +291,21 @@ where
         env,
         outbox,
         last_read,
+        ..
     } = *settler;
+    if settler.abandoned.load(Ordering::Relaxed) {
+        // An earlier call gave up at shutdown: the broker is not answering,
+        // and trying this one too would only make shutdown longer.
+        tracing::error!(
+            subscriber = env.name,
+            stream = env.stream(),
+            group = env.group(),
+            entries,
+            "{what} not tried while stopping (the broker stopped answering): the entries stay \
+             pending, and are delivered again after a restart or once idle"
+        );
+        return false;
+    }
     let mut backoff = Backoff::new();
     let mut attempts_at_stop = 0u32;
     loop {
@@ -298,6 +323,9 @@ where
         let give_up = matches!(error, BrokerError::Closed { .. })
             || attempts_at_stop >= SETTLE_ATTEMPTS_AT_STOP;
         if give_up {
+            if outbox.is_closed() {
+                settler.abandoned.store(true, Ordering::Relaxed);
+            }
             tracing::error!(
                 subscriber = env.name,
                 stream = env.stream(),
@@ -327,11 +355,16 @@ where
             // no-op.
             read::recreate_group(env, last_read.get()).await;
         }
-        // Cut short when the subscription stops: the remaining attempts
-        // come at once, with short delays.
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            () = outbox.stopped() => {}
+        if attempts_at_stop > 0 {
+            // Stopping: the short delays of a fresh backoff.
+            tokio::time::sleep(delay).await;
+        } else {
+            // A long backoff is cut short when the subscription stops; the
+            // attempts left then come with short delays.
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = outbox.stopped() => {}
+            }
         }
     }
 }

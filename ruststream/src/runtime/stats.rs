@@ -19,6 +19,8 @@ pub(crate) struct Metrics {
     pub(super) handed_back: AtomicU64,
     pub(super) handler_nanos: AtomicU64,
     pub(super) handler_max_nanos: AtomicU64,
+    /// Why the subscription stopped before shutdown, if it did.
+    failure: std::sync::Mutex<Option<String>>,
 }
 
 impl Metrics {
@@ -37,6 +39,22 @@ impl Metrics {
         }
     }
 
+    /// Records why the subscription stopped before shutdown.
+    pub(super) fn set_failure(&self, detail: String) {
+        *self
+            .failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(detail);
+    }
+
+    /// Why the subscription stopped before shutdown, if it did.
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Counts entries received from the broker.
     pub(super) fn add_read(&self, n: u64) {
         self.read.fetch_add(n, Ordering::SeqCst);
@@ -50,9 +68,10 @@ impl Metrics {
 
     /// Entries read and not yet settled.
     pub(crate) fn in_flight(&self) -> u64 {
-        self.read
-            .load(Ordering::SeqCst)
-            .saturating_sub(self.settled.load(Ordering::SeqCst))
+        // `settled` first: it only grows after `read` has, so a reader on
+        // another thread never sees more settled than read.
+        let settled = self.settled.load(Ordering::SeqCst);
+        self.read.load(Ordering::SeqCst).saturating_sub(settled)
     }
 
     /// Entries read so far (a progress counter for quiescence checks).

@@ -1,0 +1,102 @@
+//! Keeping claims fresh: a claiming or reclaim subscription refreshes the
+//! claim on every entry it holds (queued on a lane, running, or held after
+//! a retry) well before its `min_idle` can lapse, so no claiming reader
+//! (another consumer, or its own next read) takes an entry it still has,
+//! and a slow handler is never run twice. The broker resets the entries'
+//! idle time without counting a delivery (`Broker::extend_claim`).
+//!
+//! A `new` subscription knows no `min_idle`, so it refreshes nothing on its
+//! own; a handler can refresh its entry by hand with
+//! `Context::extend_claim`. Entries whose decisions are on their way to the
+//! broker are not refreshed: a retry on a claiming subscription is left
+//! pending on purpose, for a claiming read to take once idle.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ruststream_core::{BrokerResult, EntryId, ReadMode};
+
+use super::Env;
+
+/// How often claims are refreshed: three times per `min_idle`, so one
+/// failed refresh still leaves time for the next.
+const REFRESHES_PER_MIN_IDLE: u32 = 3;
+
+/// The shortest refresh interval, so that a tiny `min_idle` cannot make
+/// the task refresh in a tight loop.
+const SHORTEST: Duration = Duration::from_millis(10);
+
+type Refresh<'a> = Pin<Box<dyn Future<Output = BrokerResult<u64>> + Send + 'a>>;
+
+/// The keep-alive of one subscription's claims.
+pub(super) struct KeepAlive<'a> {
+    env: &'a Env,
+    /// How often, for a subscription with a `min_idle`.
+    every: Option<Duration>,
+    tick: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The refresh in flight.
+    call: Option<Refresh<'a>>,
+}
+
+impl<'a> KeepAlive<'a> {
+    pub(super) fn new(env: &'a Env) -> Self {
+        let every = match env.subscription.stream.read_mode() {
+            ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } => {
+                Some((min_idle / REFRESHES_PER_MIN_IDLE).max(SHORTEST))
+            }
+            ReadMode::New | ReadMode::OwnPending { .. } => None,
+        };
+        KeepAlive {
+            env,
+            every,
+            tick: every.map(|every| Box::pin(tokio::time::sleep(every))),
+            call: None,
+        }
+    }
+
+    /// Polls the refresh in flight (its errors are logged: the next tick
+    /// tries again) and the timer; ready when it is time to refresh.
+    pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(call) = self.call.as_mut()
+            && let Poll::Ready(result) = call.as_mut().poll(cx)
+        {
+            self.call = None;
+            if let Err(error) = result {
+                let env = self.env;
+                tracing::warn!(
+                    subscriber = env.name,
+                    stream = env.stream(),
+                    group = env.group(),
+                    %error,
+                    "could not refresh the claims on held entries; trying again at the next tick"
+                );
+            }
+        }
+        match self.tick.as_mut() {
+            Some(tick) => tick.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Refreshes the claims on `ids` (the entries the subscription holds)
+    /// and sets the next tick.
+    pub(super) fn refresh(&mut self, ids: Vec<EntryId>) {
+        let Some(every) = self.every else {
+            return;
+        };
+        if let Some(tick) = self.tick.as_mut() {
+            tick.as_mut().reset(tokio::time::Instant::now() + every);
+        }
+        if ids.is_empty() || self.call.is_some() {
+            return;
+        }
+        let env = self.env;
+        self.call = Some(Box::pin(async move {
+            env.broker
+                .extend_claim(env.stream(), env.group(), &env.consumer, &ids)
+                .await
+        }));
+    }
+}

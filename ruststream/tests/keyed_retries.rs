@@ -1,0 +1,321 @@
+//! `workers(n, by_key)` through retries, on the memory broker and the
+//! paused clock: a retried keyed entry is held on its lane and run again
+//! there after its delay, before its key's later entries; each re-run
+//! counts as a delivery; `max_deliveries` ends the holding; shutdown hands
+//! a held entry back before its key's later entries.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ruststream::prelude::*;
+use ruststream::{Message, PARTITION_KEY_HEADER, ReadMode, ReadRequest};
+use support::{settle, start, stream_len};
+
+const MIN_IDLE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
+#[outgoing(name = "jobs")]
+struct Job {
+    n: u64,
+}
+
+/// Publishes `(n, key)` pairs, the key as the partition key (none for "").
+async fn publish(broker: &MemoryBroker, stream: &str, jobs: &[(u64, &str)]) {
+    for (n, key) in jobs {
+        let message = Message::new(serde_json::to_vec(&Job { n: *n }).unwrap());
+        let message = if key.is_empty() {
+            message
+        } else {
+            message.with_header(PARTITION_KEY_HEADER, *key)
+        };
+        broker.publish(stream, message).await.unwrap();
+    }
+}
+
+/// `(n, delivery count, milliseconds since the test's start)` per run.
+type Runs = Mutex<Vec<(u64, u32, u64)>>;
+
+fn runs(log: &Runs) -> Vec<(u64, u32, u64)> {
+    log.lock().unwrap().clone()
+}
+
+fn record(log: &Runs, n: u64, ctx: &Context<'_>, epoch: &Mutex<Option<tokio::time::Instant>>) {
+    let start = *epoch
+        .lock()
+        .unwrap()
+        .get_or_insert_with(tokio::time::Instant::now);
+    let ms = start.elapsed().as_millis() as u64;
+    log.lock().unwrap().push((n, ctx.delivery_count(), ms));
+}
+
+async fn advance(by: Duration, steps: u32) {
+    for _ in 0..steps {
+        tokio::time::advance(by).await;
+        settle().await;
+    }
+}
+
+// ---- a retry holds the lane ---------------------------------------------------------
+
+static NEW_RUNS: Runs = Mutex::new(Vec::new());
+static NEW_EPOCH: Mutex<Option<tokio::time::Instant>> = Mutex::new(None);
+
+#[subscriber(RedisStream::new("held-new").group("g"), workers(2, by_key))]
+async fn held_new(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    record(&NEW_RUNS, job.n, ctx, &NEW_EPOCH);
+    match (job.n, ctx.delivery_count()) {
+        (1, 0) => HandlerOutcome::retry(),
+        (1, 1) => HandlerOutcome::retry_after(Duration::from_secs(5)),
+        _ => HandlerOutcome::ack(),
+    }
+}
+
+/// On a `new` subscription a retried keyed entry runs again at once and a
+/// `retry_after(5s)` after 5 s, on its lane, before the key's later
+/// entries, counted as deliveries 1 and 2; no copy is appended. Keyless
+/// entries keep flowing meanwhile.
+#[tokio::test(start_paused = true)]
+async fn a_retried_keyed_entry_runs_again_on_its_lane_before_its_keys_later_entries() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(held_new);
+    })
+    .await;
+    publish(
+        &broker,
+        "held-new",
+        &[(1, "a"), (2, "a"), (3, "a"), (4, "")],
+    )
+    .await;
+    settle().await;
+    advance(Duration::from_secs(1), 10).await;
+    let runs = runs(&NEW_RUNS);
+    let order: Vec<(u64, u32)> = runs
+        .iter()
+        .filter(|(n, ..)| *n != 4)
+        .map(|(n, c, _)| (*n, *c))
+        .collect();
+    assert_eq!(order, [(1, 0), (1, 1), (1, 2), (2, 0), (3, 0)]);
+    let third = runs.iter().find(|(n, c, _)| (*n, *c) == (1, 2)).unwrap();
+    assert!(third.2 >= 5_000, "retry_after(5s) ran after 5 s: {runs:?}");
+    let keyless = runs.iter().find(|(n, ..)| *n == 4).unwrap();
+    assert!(
+        keyless.2 < 5_000,
+        "keyless entries are not held up: {runs:?}"
+    );
+    assert_eq!(stream_len(&broker, "held-new").await, 4, "no retry copy");
+    assert_eq!(broker.group_info("held-new", "g").await.unwrap().pending, 0);
+    app.shutdown().await;
+}
+
+// ---- claiming: after min_idle ------------------------------------------------------
+
+static CLAIM_RUNS: Runs = Mutex::new(Vec::new());
+static CLAIM_EPOCH: Mutex<Option<tokio::time::Instant>> = Mutex::new(None);
+
+#[subscriber(RedisStream::claiming("held-claim", MIN_IDLE).group("g"), workers(2, by_key))]
+async fn held_claim(job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
+    record(&CLAIM_RUNS, job.n, ctx, &CLAIM_EPOCH);
+    if job.n == 1 && ctx.delivery_count() == 0 {
+        return Err("not yet".into());
+    }
+    Ok(())
+}
+
+/// On a claiming subscription an error (a `retry()`) runs the entry again
+/// on its lane once `min_idle` has passed, then its key's later entries.
+#[tokio::test(start_paused = true)]
+async fn on_a_claiming_subscription_a_retry_runs_again_after_min_idle() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(held_claim);
+    })
+    .await;
+    publish(&broker, "held-claim", &[(1, "a"), (2, "a")]).await;
+    settle().await;
+    advance(Duration::from_secs(5), 4).await;
+    assert_eq!(runs(&CLAIM_RUNS).len(), 1, "entry 2 waits behind entry 1");
+    advance(Duration::from_secs(5), 4).await;
+    let runs = runs(&CLAIM_RUNS);
+    let order: Vec<(u64, u32)> = runs.iter().map(|(n, c, _)| (*n, *c)).collect();
+    assert_eq!(order, [(1, 0), (1, 1), (2, 0)]);
+    assert!(runs[1].2 >= MIN_IDLE.as_millis() as u64, "{runs:?}");
+    assert_eq!(
+        broker.group_info("held-claim", "g").await.unwrap().pending,
+        0
+    );
+    app.shutdown().await;
+}
+
+// ---- max_deliveries ------------------------------------------------------------------
+
+static BOUND_RUNS: Runs = Mutex::new(Vec::new());
+static BOUND_EPOCH: Mutex<Option<tokio::time::Instant>> = Mutex::new(None);
+
+#[subscriber(RedisStream::new("held-bound").group("g"), workers(1, by_key), max_deliveries(3))]
+async fn held_bound(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    record(&BOUND_RUNS, job.n, ctx, &BOUND_EPOCH);
+    if job.n == 1 {
+        HandlerOutcome::retry()
+    } else {
+        HandlerOutcome::ack()
+    }
+}
+
+/// An entry that keeps failing is run `max_deliveries` times on its lane,
+/// then dead-lettered, and its key moves on.
+#[tokio::test(start_paused = true)]
+async fn at_max_deliveries_a_held_entry_is_dead_lettered_and_its_key_moves_on() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(held_bound);
+    })
+    .await;
+    publish(&broker, "held-bound", &[(1, "a"), (2, "a")]).await;
+    settle().await;
+    advance(Duration::from_millis(100), 5).await;
+    let order: Vec<(u64, u32)> = runs(&BOUND_RUNS).iter().map(|(n, c, _)| (*n, *c)).collect();
+    assert_eq!(order, [(1, 0), (1, 1), (1, 2), (2, 0)]);
+    let dead = broker
+        .dead_letters("held-bound", "g", ruststream::EntryId::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert!(
+        dead[0].reason.contains("max_deliveries(3)"),
+        "{}",
+        dead[0].reason
+    );
+    assert_eq!(
+        broker.group_info("held-bound", "g").await.unwrap().pending,
+        0
+    );
+    app.shutdown().await;
+}
+
+// ---- shutdown ---------------------------------------------------------------------------
+
+#[subscriber(RedisStream::new("held-stop").group("g"), workers(1, by_key))]
+async fn held_stop(job: &Job) -> HandlerOutcome {
+    if job.n == 1 {
+        HandlerOutcome::retry_after(Duration::from_secs(60))
+    } else {
+        HandlerOutcome::ack()
+    }
+}
+
+/// At shutdown a held entry and the later entries of its key are handed
+/// back, owed at once, and another consumer gets them in stream order.
+#[tokio::test(start_paused = true)]
+async fn shutdown_hands_back_a_held_entry_before_its_keys_later_entries() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(held_stop);
+    })
+    .await;
+    publish(&broker, "held-stop", &[(1, "a"), (2, "a"), (3, "a")]).await;
+    settle().await;
+    advance(Duration::from_secs(1), 3).await;
+    app.shutdown().await;
+    let batch = broker
+        .read(ReadRequest::new(
+            "held-stop",
+            "g",
+            "other",
+            ReadMode::New,
+            10,
+        ))
+        .await
+        .unwrap();
+    let jobs: Vec<u64> = batch
+        .deliveries
+        .iter()
+        .map(|d| serde_json::from_slice::<Job>(d.entry.payload()).unwrap().n)
+        .collect();
+    assert_eq!(jobs, [1, 2, 3], "handed back in stream order");
+}
+
+// ---- claims kept fresh -------------------------------------------------------------
+
+static SLOW_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[subscriber(RedisStream::claiming("slow", MIN_IDLE).group("g"), workers(2))]
+async fn slow(job: &Job) {
+    SLOW_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if job.n == 1 {
+        tokio::time::sleep(MIN_IDLE * 3).await;
+    }
+}
+
+/// A handler that runs for three times `min_idle` beside another claiming
+/// consumer is never run twice: the subscription refreshes the claims of
+/// the entries it holds well before `min_idle` lapses, and the refresh
+/// counts no delivery.
+#[tokio::test(start_paused = true)]
+async fn a_slow_handler_keeps_its_claim_and_runs_once() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(slow);
+    })
+    .await;
+    publish(&broker, "slow", &[(1, ""), (2, "")]).await;
+    settle().await;
+    let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
+    for _ in 0..(3 * 30 / 5 + 2) {
+        tokio::time::advance(Duration::from_secs(5)).await;
+        settle().await;
+        let stolen = broker
+            .read(ReadRequest::new("slow", "g", "thief", mode, 10))
+            .await
+            .unwrap();
+        assert!(
+            stolen.is_empty(),
+            "another consumer claimed {:?}",
+            stolen.deliveries
+        );
+    }
+    assert_eq!(SLOW_RUNS.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(broker.group_info("slow", "g").await.unwrap().pending, 0);
+    app.shutdown().await;
+}
+
+#[subscriber(RedisStream::new("by-hand").group("g"))]
+async fn by_hand(_job: &Job, ctx: &mut Context<'_>) {
+    tokio::time::sleep(MIN_IDLE * 2).await;
+    assert!(ctx.extend_claim().await.unwrap(), "the entry is held here");
+    tokio::time::sleep(MIN_IDLE * 2 / 3).await;
+}
+
+/// `ctx.extend_claim()` refreshes the claim by hand: right after it, a
+/// claiming reader finds nothing idle, and the delivery count is unchanged.
+#[tokio::test(start_paused = true)]
+async fn a_handler_can_extend_its_claim_by_hand() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(by_hand);
+    })
+    .await;
+    publish(&broker, "by-hand", &[(1, "")]).await;
+    settle().await;
+    tokio::time::advance(MIN_IDLE * 2 + Duration::from_secs(1)).await;
+    settle().await;
+    let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
+    let stolen = broker
+        .read(ReadRequest::new("by-hand", "g", "thief", mode, 10))
+        .await
+        .unwrap();
+    assert!(stolen.is_empty(), "refreshed: not idle");
+    let pending = broker
+        .pending("by-hand", "g", ruststream::EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(pending[0].times_delivered, 1, "no delivery counted");
+    tokio::time::advance(MIN_IDLE).await;
+    settle().await;
+    app.shutdown().await;
+}
