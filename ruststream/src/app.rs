@@ -10,10 +10,10 @@ use ruststream_core::{Broker, BrokerError, Counts, EntryId, NameKind, check_name
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::health::{Health, Problem};
 use crate::observe::Observer;
+use crate::running::{Running, RunningSubscription};
 use crate::runtime::{self, Env, Metrics};
-use crate::{Publisher, ReplyTarget, Subscriber, SubscriberInfo, Subscription, SubscriptionStats};
+use crate::{Publisher, ReplyTarget, Subscriber, SubscriberInfo, Subscription};
 
 /// The name and version of an app, for logs and consumer bookkeeping.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,6 +116,7 @@ pub struct RustStream {
     brokers: Vec<BrokerSetup>,
     shutdown_deadline: Duration,
     observer: Option<Arc<dyn Observer>>,
+    instance: Option<String>,
 }
 
 impl fmt::Debug for RustStream {
@@ -172,7 +173,30 @@ impl RustStream {
             brokers: Vec::new(),
             shutdown_deadline: DEFAULT_SHUTDOWN_DEADLINE,
             observer: None,
+            instance: None,
         }
+    }
+
+    /// Names this instance of the app: generated consumer names become
+    /// `{instance}-ruststream-0`, `{instance}-ruststream-1`, ..., so that
+    /// two processes of one service reading one group have consumers of
+    /// their own (they share pending lists otherwise), and the broker's
+    /// consumer lists (`XINFO CONSUMERS`) tell instances apart. Without it
+    /// the environment variable [`INSTANCE_VAR`] is used when set. Names
+    /// given with `.consumer(..)` are kept as they are. Use a name that
+    /// stays the same across restarts of one instance (a host name, a pod
+    /// name of a stateful set), so a restarted instance recovers what it
+    /// held.
+    ///
+    /// ```
+    /// use ruststream::prelude::*;
+    ///
+    /// let app = RustStream::new(AppInfo::new("payments", "0.1.0")).instance("host-a");
+    /// # let _ = app;
+    /// ```
+    pub fn instance(mut self, name: impl Into<String>) -> Self {
+        self.instance = Some(name.into());
+        self
     }
 
     /// Adds a broker and the subscribers it runs.
@@ -249,10 +273,15 @@ impl RustStream {
     /// group name, bad options, or a read mode the broker cannot serve stop
     /// the start with an error naming the subscriber.
     pub async fn start(self) -> Result<Running, StartError> {
+        let instance = self
+            .instance
+            .clone()
+            .or_else(|| std::env::var(INSTANCE_VAR).ok())
+            .filter(|name| !name.is_empty());
         let mut plans = Vec::new();
         for setup in &self.brokers {
             for included in &setup.subscribers {
-                let plan = Plan::new(setup, included)?;
+                let plan = Plan::new(setup, included, instance.as_deref())?;
                 setup
                     .broker
                     .check_mode(plan.subscription.stream.read_mode())
@@ -365,6 +394,10 @@ pub async fn termination() {
 
 static NEXT_CONSUMER: AtomicUsize = AtomicUsize::new(0);
 
+/// The environment variable naming an app's instance when
+/// [`RustStream::instance`] is not called.
+pub const INSTANCE_VAR: &str = "RUSTSTREAM_INSTANCE";
+
 /// A subscriber ready to start.
 struct Plan {
     broker: Arc<dyn Broker>,
@@ -376,7 +409,11 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(setup: &BrokerSetup, included: &Included) -> Result<Self, StartError> {
+    fn new(
+        setup: &BrokerSetup,
+        included: &Included,
+        instance: Option<&str>,
+    ) -> Result<Self, StartError> {
         let info = included.runner.info();
         let subscription = included.runner.subscription();
         let invalid = |detail: String| StartError::Invalid {
@@ -418,10 +455,19 @@ impl Plan {
         }
         let consumer = match subscription.stream.consumer_name() {
             Some(name) => name.to_owned(),
-            None => format!(
-                "ruststream-{}",
-                NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed)
-            ),
+            None => {
+                let n = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
+                let generated = match instance {
+                    Some(instance) => format!("{instance}-ruststream-{n}"),
+                    None => format!("ruststream-{n}"),
+                };
+                if let Err(error) = check_name(NameKind::Consumer, &generated) {
+                    return Err(invalid(format!(
+                        "the instance name makes a bad consumer name: {error}"
+                    )));
+                }
+                generated
+            }
         };
         Ok(Plan {
             broker: Arc::clone(&setup.broker),
@@ -521,151 +567,4 @@ pub enum StartError {
         #[source]
         source: BrokerError,
     },
-}
-
-/// A started app. Call [`Running::shutdown`] for a graceful stop. Dropping
-/// it stops the subscriptions without a grace period: handlers still
-/// running are dropped, and their entries and those not yet started are
-/// handed back for immediate redelivery.
-pub struct Running {
-    info: AppInfo,
-    signal: watch::Sender<Option<Duration>>,
-    tasks: Vec<JoinHandle<()>>,
-    subscriptions: Vec<RunningSubscription>,
-    publisher: Option<Publisher>,
-    shutdown_deadline: Duration,
-}
-
-struct RunningSubscription {
-    info: SubscriberInfo,
-    subscription: Subscription,
-    consumer: String,
-    broker: Arc<dyn Broker>,
-    metrics: Arc<Metrics>,
-}
-
-impl fmt::Debug for Running {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Running")
-            .field("info", &self.info)
-            .field("subscriptions", &self.subscriptions.len())
-            .finish()
-    }
-}
-
-impl Running {
-    /// A publisher on the app's first broker.
-    pub fn publisher(&self) -> Option<&Publisher> {
-        self.publisher.as_ref()
-    }
-
-    /// Entries read from the brokers and not yet settled, over all
-    /// subscriptions. Test support (the testkit's quiescence check), not
-    /// part of the documented API.
-    #[doc(hidden)]
-    pub fn in_flight(&self) -> u64 {
-        self.subscriptions
-            .iter()
-            .map(|s| s.metrics.in_flight())
-            .sum()
-    }
-
-    /// Whether the app can do its work: a problem for each subscription
-    /// that stopped before shutdown (one of its tasks died; it says why),
-    /// and for each broker that has stopped taking writes
-    /// ([`Broker::failure`]), naming the subscribers that read from it.
-    pub fn health(&self) -> Health {
-        let mut health = Health::default();
-        for s in &self.subscriptions {
-            if let Some(detail) = s.metrics.failure() {
-                health.problems.push(Problem {
-                    broker: s.broker.name(),
-                    subscribers: vec![s.info.name],
-                    detail: format!("subscriber `{}` stopped: {detail}", s.info.name),
-                });
-            }
-        }
-        let mut seen: Vec<*const ()> = Vec::new();
-        for s in &self.subscriptions {
-            let key = Arc::as_ptr(&s.broker).cast::<()>();
-            if seen.contains(&key) {
-                continue;
-            }
-            seen.push(key);
-            if let Some(detail) = s.broker.failure() {
-                let subscribers = self
-                    .subscriptions
-                    .iter()
-                    .filter(|o| Arc::ptr_eq(&o.broker, &s.broker))
-                    .map(|o| o.info.name)
-                    .collect();
-                health.problems.push(Problem {
-                    broker: s.broker.name(),
-                    subscribers,
-                    detail,
-                });
-            }
-        }
-        health
-    }
-
-    /// Entries read so far over all subscriptions: a progress counter for
-    /// the testkit's quiescence check, not part of the documented API.
-    #[doc(hidden)]
-    pub fn read_so_far(&self) -> u64 {
-        self.subscriptions
-            .iter()
-            .map(|s| s.metrics.read_so_far())
-            .sum()
-    }
-
-    /// The consumer name each subscriber reads as, by subscriber name.
-    pub fn consumers(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
-        self.subscriptions
-            .iter()
-            .map(|s| (s.info.name, s.consumer.as_str()))
-    }
-
-    /// Counters of every subscription (delivered, acked, retried,
-    /// dead-lettered, handler time) and, from the broker, its group's lag,
-    /// pending count and oldest pending age.
-    pub async fn stats(&self) -> Vec<SubscriptionStats> {
-        let mut out = Vec::with_capacity(self.subscriptions.len());
-        for s in &self.subscriptions {
-            let mut stats = s.metrics.snapshot(s.info.name, &s.consumer);
-            let stream = s.subscription.stream.stream_name();
-            let group = s.subscription.stream.group_name().unwrap_or_default();
-            if let Ok(info) = s.broker.group_info(stream, group).await {
-                stats.lag = Some(info.lag);
-                stats.pending = Some(info.pending);
-            }
-            if let Ok(oldest) = s
-                .broker
-                .pending(stream, group, ruststream_core::EntryId::ZERO, 1, None)
-                .await
-            {
-                stats.oldest_pending_ms = oldest.first().map(|p| p.idle_ms);
-            }
-            out.push(stats);
-        }
-        out
-    }
-
-    /// Stops reading, lets running handlers finish within the shutdown
-    /// deadline and settles them, and hands entries that were read but
-    /// never started back for immediate redelivery.
-    pub async fn shutdown(self) {
-        let deadline = self.shutdown_deadline;
-        self.shutdown_within(deadline).await;
-    }
-
-    /// [`Running::shutdown`] with an explicit deadline.
-    pub async fn shutdown_within(self, deadline: Duration) {
-        self.signal.send_replace(Some(deadline));
-        for task in self.tasks {
-            if let Err(e) = task.await {
-                tracing::error!(error = %e, "a subscription task ended abnormally");
-            }
-        }
-    }
 }

@@ -46,13 +46,14 @@ mod health;
 mod observe;
 mod outcome;
 mod outgoing;
+mod running;
 mod runtime;
 mod stream;
 mod subscriber;
 
 pub use app::{
-    App, AppInfo, BrokerScope, DEFAULT_SHUTDOWN_DEADLINE, Include, Running, RustStream, StartError,
-    termination,
+    App, AppInfo, BrokerScope, DEFAULT_SHUTDOWN_DEADLINE, INSTANCE_VAR, Include, RustStream,
+    StartError, termination,
 };
 pub use context::{
     Context, DELIVERY_COUNT_HEADER, HeaderView, IDLE_MS_HEADER, PARTITION_KEY_HEADER,
@@ -61,6 +62,7 @@ pub use health::{Health, Problem};
 pub use observe::{Handled, Observer, Settlement};
 pub use outcome::{HandlerOutcome, IntoSettle, Publish, ReplyTarget, Settle};
 pub use outgoing::{Outgoing, PublishBuilder, PublishError, Publisher};
+pub use running::Running;
 pub use runtime::SubscriptionStats;
 pub use ruststream_core::*;
 pub use ruststream_macros::{Outgoing, app, subscriber};

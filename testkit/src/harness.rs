@@ -197,8 +197,9 @@ impl TestApp {
     }
 
     /// Lets the service run, without moving the clock, until nothing more
-    /// can happen: every entry read has been settled and no read returns
-    /// anything new.
+    /// can happen: every entry read has been settled (or waits on a
+    /// `by_key` lane for a retry's delay, which only the clock can end)
+    /// and no read returns anything new.
     ///
     /// # Panics
     ///
@@ -223,7 +224,8 @@ impl TestApp {
                 tokio::task::yield_now().await;
             }
             let now = (self.running.read_so_far(), self.recorder.lock().len());
-            if self.running.in_flight() == 0 && now == last {
+            let settled = self.running.in_flight() == self.running.waiting_on_the_clock();
+            if settled && now == last {
                 still += 1;
                 if still >= QUIET_ROUNDS {
                     return;

@@ -181,6 +181,10 @@ where
                 // One hand-over per wake, however many entries finished.
                 self.outbox.push(&mut self.decisions);
             }
+            if self.lanes.by_key {
+                let metrics = &self.pipeline.env.metrics;
+                metrics.set_held(self.lanes.held_count());
+            }
             // A broker that always has work ready (the memory broker answers
             // at once) would otherwise keep this task from ever yielding.
             tokio::task::consume_budget().await;
@@ -321,11 +325,19 @@ where
     async fn on_read(&mut self, result: BrokerResult<ReadBatch>) {
         match result {
             Ok(batch) => {
-                let deliveries = self.reader.took(batch);
+                let holding = if self.reader.rechecking() {
+                    self.lanes.holding()
+                } else {
+                    Vec::new()
+                };
+                let deliveries = self.reader.took(batch, |id| holding.contains(&id));
                 self.held += deliveries.len();
                 self.lanes.queue_all(deliveries);
             }
-            Err(error) => self.reader.failed(error).await,
+            Err(error) => {
+                let in_lanes = self.held as u64;
+                self.reader.failed(error, in_lanes).await;
+            }
         }
     }
 

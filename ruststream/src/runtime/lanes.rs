@@ -286,6 +286,11 @@ impl<F: Future<Output = Decided>> Lanes<F> {
         true
     }
 
+    /// How many entries are held after a retry, waiting for their delay.
+    pub(super) fn held_count(&self) -> u64 {
+        self.lanes.iter().filter(|lane| lane.held.is_some()).count() as u64
+    }
+
     /// Every entry the lanes hold: queued, running, or held after a retry.
     pub(super) fn holding(&self) -> Vec<EntryId> {
         let mut ids: Vec<EntryId> = self.shared.iter().map(Delivery::id).collect();

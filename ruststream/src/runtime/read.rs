@@ -89,6 +89,12 @@ pub(super) struct Reader<'a> {
     /// its own pending list before its first ordinary read. `Some` holds
     /// the id to page on from.
     recovering: Option<EntryId>,
+    /// After a failed read on a `new` subscription: the settled count to
+    /// wait for before re-reading the own pending list (see `failed`).
+    recheck_at: Option<u64>,
+    /// Whether the own-pending pages being read are such a re-check: their
+    /// entries the lanes still hold are passed over.
+    rechecking: bool,
     /// Whether a lost group was recreated since the last successful read.
     recreated_since_read: bool,
 }
@@ -109,6 +115,8 @@ impl<'a> Reader<'a> {
             backing_off: None,
             room: None,
             recovering: Some(EntryId::ZERO),
+            recheck_at: None,
+            rechecking: false,
             recreated_since_read: false,
         }
     }
@@ -125,7 +133,14 @@ impl<'a> Reader<'a> {
         // Decisions of this wake were pushed to the outbox before this is
         // called, so they count already.
         let unsettled = usize::try_from(env.metrics.in_flight()).unwrap_or(usize::MAX);
-        if unsettled > self.low_water {
+        if let Some(target) = self.recheck_at
+            && env.metrics.settled() >= target
+        {
+            self.recheck_at = None;
+            self.recovering = Some(EntryId::ZERO);
+            self.rechecking = true;
+        }
+        if unsettled > self.low_water || self.recheck_at.is_some() {
             if self.room.is_none() {
                 self.room = Some(Box::pin(self.outbox.settled.notified()));
             }
@@ -173,10 +188,20 @@ impl<'a> Reader<'a> {
         Poll::Pending
     }
 
+    /// Whether the read in flight re-checks the own pending list after a
+    /// failed read (its entries the lanes hold are to be passed over).
+    pub(super) fn rechecking(&self) -> bool {
+        self.rechecking
+    }
+
     /// Takes in a batch read: pages on through recovery, notes the highest
     /// id read, counts it and reports what the read dead-lettered. Returns
-    /// the deliveries.
-    pub(super) fn took(&mut self, batch: ReadBatch) -> Vec<Delivery> {
+    /// the deliveries, less those `skip` says the lanes hold already.
+    pub(super) fn took(
+        &mut self,
+        mut batch: ReadBatch,
+        skip: impl Fn(EntryId) -> bool,
+    ) -> Vec<Delivery> {
         self.backoff.reset();
         self.recreated_since_read = false;
         let last = batch
@@ -190,11 +215,17 @@ impl<'a> Reader<'a> {
             // empty page ends recovery.
             match last {
                 Some(last) => *after = last,
-                None => self.recovering = None,
+                None => {
+                    self.recovering = None;
+                    self.rechecking = false;
+                }
             }
         }
         if let Some(last) = last {
             self.last_read.raise(last);
+        }
+        if self.rechecking {
+            batch.deliveries.retain(|d| !skip(d.id()));
         }
         let env = self.env;
         env.metrics.add_read(batch.deliveries.len() as u64);
@@ -215,19 +246,21 @@ impl<'a> Reader<'a> {
     /// Handles a failed read: logs it, recreates a group the broker lost,
     /// and backs off (or, right after recreating the group, reads again at
     /// once).
-    pub(super) async fn failed(&mut self, error: BrokerError) {
-        // The broker may have applied the read and lost its reply: the new
+    pub(super) async fn failed(&mut self, error: BrokerError, in_lanes: u64) {
+        // The broker may have applied the read and lost its reply: the
         // entries it handed out sit pending under this consumer, and on a
         // `new` subscription nothing else would hand them out again while
         // it lives (claiming and reclaim reads take such entries back once
-        // idle). Their ids are past the last id read, and everything the
-        // subscription holds is at or below it, so the next read pages
-        // through its own pending list from there, then reads on. (Owed
-        // entries a lost reply handed out have older ids; they wait for a
-        // restart's re-read.) A failed own-pending read loses nothing: what
-        // it would have handed out is still pending here.
+        // idle). So the subscription re-reads its own pending list from the
+        // start, passing over what its lanes hold; first it waits until the
+        // decisions already made have reached the broker (they are read
+        // again otherwise), which is the settler's work of milliseconds,
+        // not the lanes' (a long handler holds nothing up). New reads pause
+        // meanwhile. A failed own-pending read loses nothing: what it would
+        // have handed out is still pending here.
         if self.recovering.is_none() && !self.env.subscription.stream.retries_in_place() {
-            self.recovering = Some(self.last_read.get());
+            let metrics = &self.env.metrics;
+            self.recheck_at = Some(metrics.read_so_far().saturating_sub(in_lanes));
         }
         let env = self.env;
         let delay = self.backoff.next_delay();

@@ -21,6 +21,9 @@ pub(crate) struct Metrics {
     pub(super) handler_max_nanos: AtomicU64,
     /// Why the subscription stopped before shutdown, if it did.
     failure: std::sync::Mutex<Option<String>>,
+    /// Entries held on `by_key` lanes after a retry, waiting for their
+    /// delay (part of what is in flight, but waiting on the clock).
+    held: AtomicU64,
 }
 
 impl Metrics {
@@ -37,6 +40,16 @@ impl Metrics {
         if longest > self.handler_max_nanos.load(Ordering::Relaxed) {
             self.handler_max_nanos.fetch_max(longest, Ordering::Relaxed);
         }
+    }
+
+    /// Sets how many entries wait on `by_key` lanes for a retry's delay.
+    pub(super) fn set_held(&self, n: u64) {
+        self.held.store(n, Ordering::SeqCst);
+    }
+
+    /// Entries held on `by_key` lanes, waiting for a retry's delay.
+    pub(crate) fn held(&self) -> u64 {
+        self.held.load(Ordering::SeqCst)
     }
 
     /// Records why the subscription stopped before shutdown.
@@ -64,6 +77,11 @@ impl Metrics {
     /// were given up on at shutdown).
     pub(super) fn add_settled(&self, n: u64) {
         self.settled.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// Entries whose decisions the broker has confirmed.
+    pub(super) fn settled(&self) -> u64 {
+        self.settled.load(Ordering::SeqCst)
     }
 
     /// Entries read and not yet settled.

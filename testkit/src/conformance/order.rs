@@ -115,8 +115,7 @@ impl Subscriber for Ordered {
 /// is left pending.
 pub async fn by_key_order_survives_retries(t: Target) {
     let s = t.stream("keyed-order");
-    // Real-time targets (a server) get fewer entries, to stay quick.
-    let entries: u32 = if t.paused { 10_000 } else { 3_000 };
+    let entries: u32 = 10_000;
     let mut groups = vec![(GROUP_NEW, Stream::new(&s).group(GROUP_NEW))];
     if t.claiming_reads {
         groups.push((

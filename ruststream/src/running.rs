@@ -1,0 +1,170 @@
+//! A started app: its subscriptions' stats and health, and shutdown.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ruststream_core::Broker;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::app::AppInfo;
+use crate::health::{Health, Problem};
+use crate::runtime::Metrics;
+use crate::{Publisher, SubscriberInfo, Subscription, SubscriptionStats};
+
+/// A started app. Call [`Running::shutdown`] for a graceful stop. Dropping
+/// it stops the subscriptions without a grace period: handlers still
+/// running are dropped, and their entries and those not yet started are
+/// handed back for immediate redelivery.
+pub struct Running {
+    pub(crate) info: AppInfo,
+    pub(crate) signal: watch::Sender<Option<Duration>>,
+    pub(crate) tasks: Vec<JoinHandle<()>>,
+    pub(crate) subscriptions: Vec<RunningSubscription>,
+    pub(crate) publisher: Option<Publisher>,
+    pub(crate) shutdown_deadline: Duration,
+}
+
+/// What a running app keeps of each subscription.
+pub(crate) struct RunningSubscription {
+    pub(crate) info: SubscriberInfo,
+    pub(crate) subscription: Subscription,
+    pub(crate) consumer: String,
+    pub(crate) broker: Arc<dyn Broker>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl fmt::Debug for Running {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Running")
+            .field("info", &self.info)
+            .field("subscriptions", &self.subscriptions.len())
+            .finish()
+    }
+}
+
+impl Running {
+    /// A publisher on the app's first broker.
+    pub fn publisher(&self) -> Option<&Publisher> {
+        self.publisher.as_ref()
+    }
+
+    /// Entries read from the brokers and not yet settled, over all
+    /// subscriptions. Test support (the testkit's quiescence check), not
+    /// part of the documented API.
+    #[doc(hidden)]
+    pub fn in_flight(&self) -> u64 {
+        self.subscriptions
+            .iter()
+            .map(|s| s.metrics.in_flight())
+            .sum()
+    }
+
+    /// Whether the app can do its work: a problem for each subscription
+    /// that stopped before shutdown (one of its tasks died; it says why),
+    /// and for each broker that has stopped taking writes
+    /// ([`Broker::failure`]), naming the subscribers that read from it.
+    pub fn health(&self) -> Health {
+        let mut health = Health::default();
+        for s in &self.subscriptions {
+            if let Some(detail) = s.metrics.failure() {
+                health.problems.push(Problem {
+                    broker: s.broker.name(),
+                    subscribers: vec![s.info.name],
+                    detail: format!("subscriber `{}` stopped: {detail}", s.info.name),
+                });
+            }
+        }
+        let mut seen: Vec<*const ()> = Vec::new();
+        for s in &self.subscriptions {
+            let key = Arc::as_ptr(&s.broker).cast::<()>();
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            if let Some(detail) = s.broker.failure() {
+                let subscribers = self
+                    .subscriptions
+                    .iter()
+                    .filter(|o| Arc::ptr_eq(&o.broker, &s.broker))
+                    .map(|o| o.info.name)
+                    .collect();
+                health.problems.push(Problem {
+                    broker: s.broker.name(),
+                    subscribers,
+                    detail,
+                });
+            }
+        }
+        health
+    }
+
+    /// Entries held on `by_key` lanes after a retry, waiting for their
+    /// delay: in flight, but waiting on the clock. Test support (the
+    /// testkit's quiescence check), not part of the documented API.
+    #[doc(hidden)]
+    pub fn waiting_on_the_clock(&self) -> u64 {
+        self.subscriptions.iter().map(|s| s.metrics.held()).sum()
+    }
+
+    /// Entries read so far over all subscriptions: a progress counter for
+    /// the testkit's quiescence check, not part of the documented API.
+    #[doc(hidden)]
+    pub fn read_so_far(&self) -> u64 {
+        self.subscriptions
+            .iter()
+            .map(|s| s.metrics.read_so_far())
+            .sum()
+    }
+
+    /// The consumer name each subscriber reads as, by subscriber name.
+    pub fn consumers(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
+        self.subscriptions
+            .iter()
+            .map(|s| (s.info.name, s.consumer.as_str()))
+    }
+
+    /// Counters of every subscription (delivered, acked, retried,
+    /// dead-lettered, handler time) and, from the broker, its group's lag,
+    /// pending count and oldest pending age.
+    pub async fn stats(&self) -> Vec<SubscriptionStats> {
+        let mut out = Vec::with_capacity(self.subscriptions.len());
+        for s in &self.subscriptions {
+            let mut stats = s.metrics.snapshot(s.info.name, &s.consumer);
+            let stream = s.subscription.stream.stream_name();
+            let group = s.subscription.stream.group_name().unwrap_or_default();
+            if let Ok(info) = s.broker.group_info(stream, group).await {
+                stats.lag = Some(info.lag);
+                stats.pending = Some(info.pending);
+            }
+            if let Ok(oldest) = s
+                .broker
+                .pending(stream, group, ruststream_core::EntryId::ZERO, 1, None)
+                .await
+            {
+                stats.oldest_pending_ms = oldest.first().map(|p| p.idle_ms);
+            }
+            out.push(stats);
+        }
+        out
+    }
+
+    /// Stops reading, lets running handlers finish within the shutdown
+    /// deadline and settles them, and hands entries that were read but
+    /// never started back for immediate redelivery.
+    pub async fn shutdown(self) {
+        let deadline = self.shutdown_deadline;
+        self.shutdown_within(deadline).await;
+    }
+
+    /// [`Running::shutdown`] with an explicit deadline.
+    pub async fn shutdown_within(self, deadline: Duration) {
+        self.signal.send_replace(Some(deadline));
+        for task in self.tasks {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "a subscription task ended abnormally");
+            }
+        }
+    }
+}
