@@ -8,6 +8,32 @@
 //!   parameterised set of tests that every backend runs.
 //! - [`faults`]: [`FaultyBroker`], a broker wrapper that injects failures,
 //!   lost replies, delays and lost consumer groups on a seeded schedule.
+//!
+//! ```
+//! use ruststream::prelude::*;
+//! use ruststream_testkit::TestApp;
+//!
+//! #[derive(Debug, Deserialize, Serialize, Outgoing)]
+//! #[outgoing(name = "jobs")]
+//! struct Job { n: u64 }
+//!
+//! #[subscriber(RedisStream::new("jobs").group("workers"))]
+//! async fn work(job: &Job) -> HandlerOutcome {
+//!     if job.n == 0 { HandlerOutcome::retry_after(Duration::from_secs(60)) } else { HandlerOutcome::ack() }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let app = RustStream::new(AppInfo::new("jobs", "0.1.0"))
+//!     .with_broker(MemoryBroker::new(), |b| { b.include(work); });
+//! let tb = TestApp::start(app).await.unwrap();
+//! tb.publish(&Job { n: 0 }).await.unwrap();
+//! tb.run_until_quiet().await;
+//! tb.advance(Duration::from_secs(60)).await; // a minute, in microseconds
+//! assert_eq!(tb.received("work").len(), 2);
+//! # tb.shutdown().await;
+//! # }
+//! ```
 
 #![forbid(unsafe_code)]
 
