@@ -131,6 +131,76 @@ pub(crate) async fn run_subscription<S: Subscriber>(subscriber: Arc<S>, env: Env
             tracing::error!(subscriber = env.name, %detail, "subscriber stopped");
             env.metrics.set_failure(detail);
         }
-        None => tracing::info!(subscriber = env.name, "subscriber stopped"),
+        None => {
+            hand_back_strays(&env).await;
+            tracing::info!(subscriber = env.name, "subscriber stopped");
+        }
+    }
+}
+
+/// How long the last look at the pending list may take at shutdown.
+const STRAYS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// After a stop, hands back what a `new` subscription still holds at the
+/// broker: entries a read handed out whose reply never came, because the
+/// task abandoned the read when it stopped (on Redis an `XREADGROUP`
+/// already sent is applied). Owed again at once, another consumer takes
+/// them now rather than after this consumer's restart. Every entry the task
+/// saw has been settled or handed back by then. (Claiming and reclaim
+/// subscriptions leave their retries pending on purpose, and their readers
+/// take strays once idle.) Bounded in time; a failure is only logged.
+async fn hand_back_strays(env: &Env) {
+    if env.subscription.stream.retries_in_place() {
+        return;
+    }
+    let (stream, group) = (env.stream(), env.group());
+    let look = async {
+        let pending = env
+            .broker
+            .pending(stream, group, EntryId::ZERO, 10_000, Some(&env.consumer))
+            .await?;
+        // Owed entries belong to nobody already.
+        let ids: Vec<EntryId> = pending
+            .iter()
+            .filter(|p| p.consumer.is_some())
+            .map(|p| p.id)
+            .collect();
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        env.broker
+            .retry(
+                stream,
+                group,
+                &ids,
+                ruststream_core::Retry::After(Duration::ZERO),
+            )
+            .await
+    };
+    match tokio::time::timeout(STRAYS_TIMEOUT, look).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(n)) => {
+            Metrics::add(&env.metrics.handed_back, n);
+            tracing::info!(
+                subscriber = env.name,
+                stream,
+                group,
+                entries = n,
+                "handed back entries a read abandoned at shutdown had handed out"
+            );
+        }
+        Ok(Err(error)) => tracing::warn!(
+            subscriber = env.name,
+            stream,
+            group,
+            %error,
+            "could not look for entries an abandoned read handed out; a restart re-reads them"
+        ),
+        Err(_) => tracing::warn!(
+            subscriber = env.name,
+            stream,
+            group,
+            "the broker did not answer the last look at the pending list; a restart re-reads it"
+        ),
     }
 }
