@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use ruststream::prelude::*;
 use ruststream::{BackoffPolicy, Subscriber};
-use support::{settle, start, until};
+use support::{advance, settle, start_fresh, start_one, until};
 use tokio::time::Instant;
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
@@ -68,8 +68,7 @@ async fn deliveries_follow(log: &Log, policy: BackoffPolicy, retries: u32) {
             "delivery {count}: {delay:?} outside [{:?}, {ceiling:?}]",
             ceiling / 2
         );
-        tokio::time::advance(delay - MS).await;
-        settle().await;
+        advance(delay - MS, 1).await;
         assert_eq!(
             seen(log).len(),
             count as usize + 1,
@@ -104,11 +103,7 @@ async fn failing_new(_job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
 #[tokio::test(start_paused = true)]
 async fn backoff_on_a_new_subscription_delays_each_retry_by_the_delivery_count() {
     assert_eq!(failing_new.subscription().backoff, Some(exponential()));
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(failing_new);
-    })
-    .await;
+    let (broker, app) = start_fresh(failing_new).await;
     publish(&broker, "backoff-new").await;
     // 100, 200, 400, 800 ms ceilings, then capped at 1 s.
     deliveries_follow(&NEW, exponential(), 6).await;
@@ -133,11 +128,7 @@ async fn failing_claiming(_job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 #[tokio::test(start_paused = true)]
 async fn backoff_on_a_claiming_subscription_replaces_the_min_idle_wait() {
     assert_eq!(failing_claiming.subscription().backoff, Some(exponential()));
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(failing_claiming);
-    })
-    .await;
+    let (broker, app) = start_fresh(failing_claiming).await;
     publish(&broker, "backoff-claiming").await;
     deliveries_follow(&CLAIMING, exponential(), 6).await;
     app.shutdown().await;
@@ -158,16 +149,11 @@ async fn explicit(_job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 
 #[tokio::test(start_paused = true)]
 async fn an_explicit_retry_after_wins_over_the_backoff() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(explicit);
-    })
-    .await;
+    let (broker, app) = start_fresh(explicit).await;
     publish(&broker, "backoff-explicit").await;
     until("first delivery", async || seen(&EXPLICIT).len() == 1).await;
     settle().await;
-    tokio::time::advance(Duration::from_secs(1)).await;
-    settle().await;
+    advance(Duration::from_secs(1), 1).await;
     assert_eq!(
         seen(&EXPLICIT).len(),
         1,
@@ -177,8 +163,7 @@ async fn an_explicit_retry_after_wins_over_the_backoff() {
     until("second delivery", async || seen(&EXPLICIT).len() == 2).await;
     settle().await;
     // retry() now: the fixed 1 s, no jitter.
-    tokio::time::advance(Duration::from_secs(1) - MS).await;
-    settle().await;
+    advance(Duration::from_secs(1) - MS, 1).await;
     assert_eq!(seen(&EXPLICIT).len(), 2);
     tokio::time::advance(MS).await;
     until("third delivery", async || seen(&EXPLICIT).len() == 3).await;
@@ -204,21 +189,14 @@ async fn restarted(_job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 #[tokio::test(start_paused = true)]
 async fn the_delay_follows_the_delivery_count_across_a_restart() {
     let policy = exponential();
-    let broker = MemoryBroker::new();
-    let first = start(&broker, |b| {
-        b.include(restarted);
-    })
-    .await;
+    let (broker, first) = start_fresh(restarted).await;
     publish(&broker, "backoff-restart").await;
     until("first delivery", async || seen(&RESTART).len() == 1).await;
     first.shutdown().await;
 
     // Another process (another consumer name) takes over: its delays go
     // on from the entry's count, not from a fresh start.
-    let second = start(&broker, |b| {
-        b.include(restarted);
-    })
-    .await;
+    let second = start_one(&broker, restarted).await;
     let (id, _, at) = seen(&RESTART)[0];
     let elapsed = Instant::now() - at;
     tokio::time::advance(policy.delay(id, 0).saturating_sub(elapsed)).await;
@@ -228,8 +206,7 @@ async fn the_delay_follows_the_delivery_count_across_a_restart() {
     assert_eq!(count, 1);
     let delay = policy.delay(id, 1);
     assert!(delay >= 100 * MS && delay <= 200 * MS, "{delay:?}");
-    tokio::time::advance(delay - MS).await;
-    settle().await;
+    advance(delay - MS, 1).await;
     assert_eq!(seen(&RESTART).len(), 2, "not before the count-1 delay");
     tokio::time::advance(MS).await;
     until("third delivery", async || seen(&RESTART).len() == 3).await;

@@ -17,7 +17,7 @@ use ruststream::prelude::*;
 use ruststream::{
     Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadRequest, forward_broker,
 };
-use support::settle;
+use support::{advance, group_info, settle, start_one_named};
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
 #[outgoing(name = "jobs")]
@@ -123,17 +123,6 @@ impl Broker for Faulty {
     );
 }
 
-async fn start_on(
-    broker: Arc<dyn Broker>,
-    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
-) -> ruststream::Running {
-    RustStream::new(AppInfo::new("review", "0"))
-        .with_shared_broker(broker, include)
-        .start()
-        .await
-        .expect("app starts")
-}
-
 async fn publish(broker: &MemoryBroker, stream: &str, ns: impl IntoIterator<Item = u64>) {
     let publisher = Publisher::new(Arc::new(broker.clone()));
     for n in ns {
@@ -150,13 +139,6 @@ async fn publish_keyed(broker: &MemoryBroker, stream: &str, key: &str, ns: std::
             .partition_key(key)
             .await
             .unwrap();
-    }
-}
-
-async fn advance(step: Duration, times: usize) {
-    for _ in 0..times {
-        tokio::time::advance(step).await;
-        settle().await;
     }
 }
 
@@ -179,10 +161,7 @@ async fn stall(job: &Job) {
 #[tokio::test(start_paused = true)]
 async fn one_failed_read_does_not_stop_reading_behind_a_long_handler() {
     let broker = Faulty::default();
-    let app = start_on(Arc::new(broker.clone()), |b| {
-        b.include(stall);
-    })
-    .await;
+    let app = start_one_named("review", broker.clone(), stall).await;
     publish(&broker.inner, "stall", [0]).await;
     advance(Duration::from_millis(20), 3).await;
     // A blocking read is in flight; the one after it fails (nothing applied).
@@ -216,14 +195,11 @@ async fn dl_count(_job: &Job) -> HandlerOutcome {
 #[tokio::test(start_paused = true)]
 async fn an_entry_dead_lettered_by_a_read_is_counted() {
     let broker = MemoryBroker::new();
-    let app = start_on(Arc::new(broker.clone()), |b| {
-        b.include(dl_count);
-    })
-    .await;
+    let app = start_one_named("review", broker.clone(), dl_count).await;
     publish(&broker, "dl-count", [1]).await;
     advance(Duration::from_millis(50), 20).await;
     assert_eq!(DL_RUNS.load(Ordering::SeqCst), 2);
-    let info = broker.group_info("dl-count", "g").await.unwrap();
+    let info = group_info(&broker, "dl-count", "g").await;
     assert_eq!(info.dead_letters, 1, "the broker dead-lettered it");
     advance(Duration::from_secs(1), 10).await;
     let stats = app.stats().await;
@@ -284,10 +260,7 @@ async fn blip(_job: &Job) {
 #[tokio::test(start_paused = true)]
 async fn a_settle_failing_at_shutdown_is_retried_with_backoff() {
     let broker = Faulty::default();
-    let app = start_on(Arc::new(broker.clone()), |b| {
-        b.include(blip);
-    })
-    .await;
+    let app = start_one_named("review", broker.clone(), blip).await;
     broker.fail_settles.store(true, Ordering::SeqCst);
     publish(&broker.inner, "blip", [1]).await;
     advance(Duration::from_millis(100), 5).await;
@@ -299,7 +272,7 @@ async fn a_settle_failing_at_shutdown_is_retried_with_backoff() {
     });
     app.shutdown_within(Duration::from_secs(1)).await;
     advance(Duration::from_millis(100), 5).await;
-    let pending = broker.inner.group_info("blip", "g").await.unwrap().pending;
+    let pending = group_info(&broker.inner, "blip", "g").await.pending;
     assert_eq!(pending, 0, "the ack was given up after a 300 ms blip");
 }
 
@@ -317,10 +290,7 @@ async fn shutdown_with_an_unresponsive_broker_is_bounded() {
     broker.slow_failures.store(true, Ordering::SeqCst);
     // Published first, so that one read takes the whole read-ahead.
     publish(&broker.inner, "dl-down", 0..32).await;
-    let app = start_on(Arc::new(broker.clone()), |b| {
-        b.include(dl_down);
-    })
-    .await;
+    let app = start_one_named("review", broker.clone(), dl_down).await;
     advance(Duration::from_millis(50), 20).await;
     let began = tokio::time::Instant::now();
     app.shutdown_within(Duration::from_secs(1)).await;
@@ -350,17 +320,11 @@ async fn keyed_back(job: &Job, ctx: &mut Context<'_>) {
 #[tokio::test(start_paused = true)]
 async fn a_keys_queued_entries_wait_for_its_running_one_at_shutdown() {
     let broker = MemoryBroker::new();
-    let old = start_on(Arc::new(broker.clone()), |b| {
-        b.include(keyed_back);
-    })
-    .await;
+    let old = start_one_named("review", broker.clone(), keyed_back).await;
     publish_keyed(&broker, "keyed-back", "k", 0..3).await;
     advance(Duration::from_millis(10), 3).await;
     // The new process of a rolling deploy, then the old one stops.
-    let new = start_on(Arc::new(broker.clone()), |b| {
-        b.include(keyed_back);
-    })
-    .await;
+    let new = start_one_named("review", broker.clone(), keyed_back).await;
     let stopping = tokio::spawn(old.shutdown_within(Duration::from_secs(30)));
     advance(Duration::from_millis(100), 100).await;
     stopping.await.unwrap();
@@ -388,10 +352,7 @@ async fn settler_panic(_job: &Job) {
 #[tokio::test(start_paused = true)]
 async fn a_settler_that_dies_does_not_stall_the_subscription_silently() {
     let broker = Faulty::default();
-    let app = start_on(Arc::new(broker.clone()), |b| {
-        b.include(settler_panic);
-    })
-    .await;
+    let app = start_one_named("review", broker.clone(), settler_panic).await;
     broker.panic_next_ack.store(true, Ordering::SeqCst);
     publish(&broker.inner, "settler-panic", 0..20).await;
     advance(Duration::from_secs(1), 30).await;

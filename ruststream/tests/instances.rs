@@ -16,17 +16,27 @@ async fn generated(_job: &Job) {}
 #[subscriber(RedisStream::new("inst").group("h").consumer("fixed"))]
 async fn named(_job: &Job) {}
 
-#[tokio::test(start_paused = true)]
-async fn an_instance_name_qualifies_generated_consumer_names_only() {
-    let app = RustStream::new(AppInfo::new("svc", "0"))
-        .instance("host-a")
-        .with_broker(MemoryBroker::new(), |b| {
-            b.include(generated);
-            b.include(named);
-        })
+/// Starts service "svc" as `instance` on a fresh memory broker with the
+/// subscribers `include` adds.
+async fn start_as(
+    instance: &str,
+    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
+) -> Result<ruststream::Running, ruststream::StartError> {
+    RustStream::new(AppInfo::new("svc", "0"))
+        .instance(instance)
+        .with_broker(MemoryBroker::new(), include)
         .start()
         .await
-        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_name_qualifies_generated_consumer_names_only() {
+    let app = start_as("host-a", |b| {
+        b.include(generated);
+        b.include(named);
+    })
+    .await
+    .unwrap();
     let names: Vec<String> = app.consumers().map(|(_, c)| c.to_owned()).collect();
     let n = names[0]
         .strip_prefix("host-a-ruststream-")
@@ -38,15 +48,12 @@ async fn an_instance_name_qualifies_generated_consumer_names_only() {
 
 #[tokio::test(start_paused = true)]
 async fn a_bad_instance_name_stops_the_start_with_the_rule() {
-    let err = RustStream::new(AppInfo::new("svc", "0"))
-        .instance("host\na")
-        .with_broker(MemoryBroker::new(), |b| {
-            b.include(generated);
-        })
-        .start()
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = start_as("host\na", |b| {
+        b.include(generated);
+    })
+    .await
+    .unwrap_err()
+    .to_string();
     assert!(
         err.contains("instance name") && err.contains("control character"),
         "{err}"

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ruststream::prelude::*;
 use ruststream::{Message, PARTITION_KEY_HEADER, ReadMode, ReadRequest};
-use support::{settle, start, stream_len};
+use support::{advance, dead_letters, group_info, settle, start_fresh, stream_len};
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
 
@@ -53,13 +53,6 @@ fn record(log: &Runs, n: u64, ctx: &Context<'_>, epoch: &Mutex<Option<tokio::tim
     log.lock().unwrap().push((n, ctx.delivery_count(), ms));
 }
 
-async fn advance(by: Duration, steps: u32) {
-    for _ in 0..steps {
-        tokio::time::advance(by).await;
-        settle().await;
-    }
-}
-
 // ---- a retry holds the lane ---------------------------------------------------------
 
 static NEW_RUNS: Runs = Mutex::new(Vec::new());
@@ -81,11 +74,7 @@ async fn held_new(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 /// entries keep flowing meanwhile.
 #[tokio::test(start_paused = true)]
 async fn a_retried_keyed_entry_runs_again_on_its_lane_before_its_keys_later_entries() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(held_new);
-    })
-    .await;
+    let (broker, app) = start_fresh(held_new).await;
     publish(
         &broker,
         "held-new",
@@ -109,7 +98,7 @@ async fn a_retried_keyed_entry_runs_again_on_its_lane_before_its_keys_later_entr
         "keyless entries are not held up: {runs:?}"
     );
     assert_eq!(stream_len(&broker, "held-new").await, 4, "no retry copy");
-    assert_eq!(broker.group_info("held-new", "g").await.unwrap().pending, 0);
+    assert_eq!(group_info(&broker, "held-new", "g").await.pending, 0);
     app.shutdown().await;
 }
 
@@ -131,11 +120,7 @@ async fn held_claim(job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
 /// on its lane once `min_idle` has passed, then its key's later entries.
 #[tokio::test(start_paused = true)]
 async fn on_a_claiming_subscription_a_retry_runs_again_after_min_idle() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(held_claim);
-    })
-    .await;
+    let (broker, app) = start_fresh(held_claim).await;
     publish(&broker, "held-claim", &[(1, "a"), (2, "a")]).await;
     settle().await;
     advance(Duration::from_secs(5), 4).await;
@@ -145,10 +130,7 @@ async fn on_a_claiming_subscription_a_retry_runs_again_after_min_idle() {
     let order: Vec<(u64, u32)> = runs.iter().map(|(n, c, _)| (*n, *c)).collect();
     assert_eq!(order, [(1, 0), (1, 1), (2, 0)]);
     assert!(runs[1].2 >= MIN_IDLE.as_millis() as u64, "{runs:?}");
-    assert_eq!(
-        broker.group_info("held-claim", "g").await.unwrap().pending,
-        0
-    );
+    assert_eq!(group_info(&broker, "held-claim", "g").await.pending, 0);
     app.shutdown().await;
 }
 
@@ -171,30 +153,20 @@ async fn held_bound(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 /// then dead-lettered, and its key moves on.
 #[tokio::test(start_paused = true)]
 async fn at_max_deliveries_a_held_entry_is_dead_lettered_and_its_key_moves_on() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(held_bound);
-    })
-    .await;
+    let (broker, app) = start_fresh(held_bound).await;
     publish(&broker, "held-bound", &[(1, "a"), (2, "a")]).await;
     settle().await;
     advance(Duration::from_millis(100), 5).await;
     let order: Vec<(u64, u32)> = runs(&BOUND_RUNS).iter().map(|(n, c, _)| (*n, *c)).collect();
     assert_eq!(order, [(1, 0), (1, 1), (1, 2), (2, 0)]);
-    let dead = broker
-        .dead_letters("held-bound", "g", ruststream::EntryId::ZERO, 10)
-        .await
-        .unwrap();
+    let dead = dead_letters(&broker, "held-bound", "g", 10).await;
     assert_eq!(dead.len(), 1);
     assert!(
         dead[0].reason.contains("max_deliveries(3)"),
         "{}",
         dead[0].reason
     );
-    assert_eq!(
-        broker.group_info("held-bound", "g").await.unwrap().pending,
-        0
-    );
+    assert_eq!(group_info(&broker, "held-bound", "g").await.pending, 0);
     app.shutdown().await;
 }
 
@@ -213,11 +185,7 @@ async fn held_stop(job: &Job) -> HandlerOutcome {
 /// back, owed at once, and another consumer gets them in stream order.
 #[tokio::test(start_paused = true)]
 async fn shutdown_hands_back_a_held_entry_before_its_keys_later_entries() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(held_stop);
-    })
-    .await;
+    let (broker, app) = start_fresh(held_stop).await;
     publish(&broker, "held-stop", &[(1, "a"), (2, "a"), (3, "a")]).await;
     settle().await;
     advance(Duration::from_secs(1), 3).await;
@@ -258,17 +226,12 @@ async fn slow(job: &Job) {
 /// counts no delivery.
 #[tokio::test(start_paused = true)]
 async fn a_slow_handler_keeps_its_claim_and_runs_once() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(slow);
-    })
-    .await;
+    let (broker, app) = start_fresh(slow).await;
     publish(&broker, "slow", &[(1, ""), (2, "")]).await;
     settle().await;
     let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
     for _ in 0..(3 * 30 / 5 + 2) {
-        tokio::time::advance(Duration::from_secs(5)).await;
-        settle().await;
+        advance(Duration::from_secs(5), 1).await;
         let stolen = broker
             .read(ReadRequest::new("slow", "g", "thief", mode, 10))
             .await
@@ -280,7 +243,7 @@ async fn a_slow_handler_keeps_its_claim_and_runs_once() {
         );
     }
     assert_eq!(SLOW_RUNS.load(std::sync::atomic::Ordering::SeqCst), 2);
-    assert_eq!(broker.group_info("slow", "g").await.unwrap().pending, 0);
+    assert_eq!(group_info(&broker, "slow", "g").await.pending, 0);
     app.shutdown().await;
 }
 
@@ -295,15 +258,10 @@ async fn by_hand(_job: &Job, ctx: &mut Context<'_>) {
 /// claiming reader finds nothing idle, and the delivery count is unchanged.
 #[tokio::test(start_paused = true)]
 async fn a_handler_can_extend_its_claim_by_hand() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(by_hand);
-    })
-    .await;
+    let (broker, app) = start_fresh(by_hand).await;
     publish(&broker, "by-hand", &[(1, "")]).await;
     settle().await;
-    tokio::time::advance(MIN_IDLE * 2 + Duration::from_secs(1)).await;
-    settle().await;
+    advance(MIN_IDLE * 2 + Duration::from_secs(1), 1).await;
     let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
     let stolen = broker
         .read(ReadRequest::new("by-hand", "g", "thief", mode, 10))
@@ -315,7 +273,6 @@ async fn a_handler_can_extend_its_claim_by_hand() {
         .await
         .unwrap();
     assert_eq!(pending[0].times_delivered, 1, "no delivery counted");
-    tokio::time::advance(MIN_IDLE).await;
-    settle().await;
+    advance(MIN_IDLE, 1).await;
     app.shutdown().await;
 }

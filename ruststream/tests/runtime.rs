@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use ruststream::prelude::*;
 use ruststream::{Broker, Message, PARTITION_KEY_HEADER, ReadMode, ReadRequest, StartError};
-use support::{Spy, pending, settle, start, stream_len, until};
+use support::{
+    Spy, advance, dead_letters, group_info, pending, settle, start, start_fresh, start_one,
+    start_one_named, stream_len, until, until_acked, until_dead, until_pending,
+};
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
 
@@ -38,10 +41,27 @@ async fn publish(broker: &MemoryBroker, stream: &str, jobs: impl IntoIterator<It
     }
 }
 
+/// A memory broker running an app with the one subscriber `subscriber`,
+/// and `jobs` published to `stream` once the app runs.
+async fn running(
+    subscriber: impl ruststream::Subscriber,
+    stream: &str,
+    jobs: impl IntoIterator<Item = Job>,
+) -> (MemoryBroker, ruststream::Running) {
+    let (broker, app) = start_fresh(subscriber).await;
+    publish(&broker, stream, jobs).await;
+    (broker, app)
+}
+
 type Log = Mutex<Vec<(u64, u32)>>;
 
 fn seen(log: &Log) -> Vec<(u64, u32)> {
     log.lock().unwrap().clone()
+}
+
+/// Logs `job` with the delivery count `ctx` reports.
+fn note(log: &Log, job: &Job, ctx: &Context<'_>) {
+    log.lock().unwrap().push((job.n, ctx.delivery_count()));
 }
 
 // ---- outcomes on a claiming subscription ---------------------------------------
@@ -66,12 +86,7 @@ async fn claim_retry(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 
 #[tokio::test(start_paused = true)]
 async fn retry_on_a_claiming_subscription_leaves_the_entry_pending_without_a_copy() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(claim_retry);
-    })
-    .await;
-    publish(&broker, "claim-retry", [job(1)]).await;
+    let (broker, app) = running(claim_retry, "claim-retry", [job(1)]).await;
     until("first delivery", async || !seen(&CLAIM_RETRY).is_empty()).await;
     settle().await;
     assert_eq!(seen(&CLAIM_RETRY), [(1, 0)]);
@@ -86,8 +101,7 @@ async fn retry_on_a_claiming_subscription_leaves_the_entry_pending_without_a_cop
         "no copy appended"
     );
 
-    tokio::time::advance(MIN_IDLE - Duration::from_millis(1)).await;
-    settle().await;
+    advance(MIN_IDLE - Duration::from_millis(1), 1).await;
     assert_eq!(seen(&CLAIM_RETRY).len(), 1, "not before min_idle");
     tokio::time::advance(Duration::from_millis(1)).await;
     until("redelivery", async || seen(&CLAIM_RETRY).len() == 2).await;
@@ -96,10 +110,7 @@ async fn retry_on_a_claiming_subscription_leaves_the_entry_pending_without_a_cop
         (1, 1),
         "second delivery reports one earlier"
     );
-    until("acked", async || {
-        pending(&broker, "claim-retry", "g").await.is_empty()
-    })
-    .await;
+    until_acked("acked", &broker, "claim-retry", "g").await;
     assert_eq!(stream_len(&broker, "claim-retry").await, 1);
     app.shutdown().await;
 }
@@ -108,10 +119,7 @@ static CLAIM_LATER: Log = Mutex::new(Vec::new());
 
 #[subscriber(RedisStream::claiming("claim-later", MIN_IDLE).group("g"))]
 async fn claim_later(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
-    CLAIM_LATER
-        .lock()
-        .unwrap()
-        .push((job.n, ctx.delivery_count()));
+    note(&CLAIM_LATER, job, ctx);
     match ctx.delivery_count() {
         0 => HandlerOutcome::retry_after(Duration::from_secs(5)),
         1 => HandlerOutcome::dead_letter("gave up on purpose"),
@@ -121,15 +129,9 @@ async fn claim_later(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_and_dead_letter_on_a_claiming_subscription() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(claim_later);
-    })
-    .await;
-    publish(&broker, "claim-later", [job(7)]).await;
+    let (broker, app) = running(claim_later, "claim-later", [job(7)]).await;
     until("first delivery", async || seen(&CLAIM_LATER).len() == 1).await;
-    tokio::time::advance(Duration::from_millis(4_999)).await;
-    settle().await;
+    advance(Duration::from_millis(4_999), 1).await;
     assert_eq!(
         seen(&CLAIM_LATER).len(),
         1,
@@ -138,18 +140,10 @@ async fn retry_after_and_dead_letter_on_a_claiming_subscription() {
     tokio::time::advance(Duration::from_millis(1)).await;
     until("second delivery", async || seen(&CLAIM_LATER).len() == 2).await;
     until("dead letter", async || {
-        broker
-            .dead_letters("claim-later", "g", EntryId::ZERO, 10)
-            .await
-            .unwrap()
-            .len()
-            == 1
+        dead_letters(&broker, "claim-later", "g", 10).await.len() == 1
     })
     .await;
-    let dead = broker
-        .dead_letters("claim-later", "g", EntryId::ZERO, 10)
-        .await
-        .unwrap();
+    let dead = dead_letters(&broker, "claim-later", "g", 10).await;
     assert_eq!(dead[0].reason, "gave up on purpose");
     assert_eq!(dead[0].times_delivered, 2);
     assert!(pending(&broker, "claim-later", "g").await.is_empty());
@@ -162,10 +156,7 @@ static NEW_RETRY: Log = Mutex::new(Vec::new());
 
 #[subscriber(RedisStream::new("new-retry").group("g"))]
 async fn new_retry(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
-    NEW_RETRY
-        .lock()
-        .unwrap()
-        .push((job.n, ctx.delivery_count()));
+    note(&NEW_RETRY, job, ctx);
     if job.n == 1 && ctx.delivery_count() < 2 {
         HandlerOutcome::retry()
     } else {
@@ -175,17 +166,9 @@ async fn new_retry(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 
 #[tokio::test(start_paused = true)]
 async fn retry_on_a_new_subscription_appends_a_copy_behind_newer_entries() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(new_retry);
-    })
-    .await;
-    publish(&broker, "new-retry", [job(1), job(2)]).await;
+    let (broker, app) = running(new_retry, "new-retry", [job(1), job(2)]).await;
     until("all settled", async || seen(&NEW_RETRY).len() == 4).await;
-    until("acked", async || {
-        pending(&broker, "new-retry", "g").await.is_empty()
-    })
-    .await;
+    until_acked("acked", &broker, "new-retry", "g").await;
     assert_eq!(
         seen(&NEW_RETRY),
         [(1, 0), (2, 0), (1, 1), (1, 2)],
@@ -203,10 +186,7 @@ static NEW_LATER: Log = Mutex::new(Vec::new());
 
 #[subscriber(RedisStream::new("new-later").group("g"))]
 async fn new_later(job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
-    NEW_LATER
-        .lock()
-        .unwrap()
-        .push((job.n, ctx.delivery_count()));
+    note(&NEW_LATER, job, ctx);
     match (job.n, ctx.delivery_count()) {
         (1, 0) => Err("downstream unavailable".into()),
         _ => Ok(()),
@@ -215,18 +195,10 @@ async fn new_later(job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
 
 #[tokio::test(start_paused = true)]
 async fn an_error_result_retries_and_ok_acks() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(new_later);
-    })
-    .await;
-    publish(&broker, "new-later", [job(1)]).await;
+    let (broker, app) = running(new_later, "new-later", [job(1)]).await;
     until("retried", async || seen(&NEW_LATER).len() == 2).await;
     assert_eq!(seen(&NEW_LATER), [(1, 0), (1, 1)]);
-    until("acked", async || {
-        pending(&broker, "new-later", "g").await.is_empty()
-    })
-    .await;
+    until_acked("acked", &broker, "new-later", "g").await;
     let stats = app.stats().await;
     assert_eq!(
         (stats[0].failed, stats[0].retried, stats[0].acked),
@@ -239,10 +211,7 @@ static NEW_DELAY: Log = Mutex::new(Vec::new());
 
 #[subscriber(RedisStream::new("new-delay").group("g"))]
 async fn new_delay(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
-    NEW_DELAY
-        .lock()
-        .unwrap()
-        .push((job.n, ctx.delivery_count()));
+    note(&NEW_DELAY, job, ctx);
     if ctx.delivery_count() == 0 {
         HandlerOutcome::retry_after(Duration::from_secs(60))
     } else {
@@ -252,27 +221,13 @@ async fn new_delay(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_and_dead_letter_on_a_new_subscription() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(new_delay);
-    })
-    .await;
-    publish(&broker, "new-delay", [job(3)]).await;
+    let (broker, app) = running(new_delay, "new-delay", [job(3)]).await;
     until("first", async || seen(&NEW_DELAY).len() == 1).await;
-    tokio::time::advance(Duration::from_secs(59)).await;
-    settle().await;
+    advance(Duration::from_secs(59), 1).await;
     assert_eq!(seen(&NEW_DELAY).len(), 1);
     tokio::time::advance(Duration::from_secs(1)).await;
     until("second", async || seen(&NEW_DELAY).len() == 2).await;
-    until("dead", async || {
-        broker
-            .group_info("new-delay", "g")
-            .await
-            .unwrap()
-            .dead_letters
-            == 1
-    })
-    .await;
+    until_dead("dead", &broker, "new-delay", "g", 1).await;
     assert_eq!(
         stream_len(&broker, "new-delay").await,
         1,
@@ -293,34 +248,18 @@ async fn bounded(_job: &Job) -> HandlerOutcome {
 
 #[tokio::test(start_paused = true)]
 async fn max_deliveries_dead_letters_instead_of_handing_out_again() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(bounded);
-    })
-    .await;
-    publish(&broker, "bounded", [job(1)]).await;
+    let (broker, app) = running(bounded, "bounded", [job(1)]).await;
     for round in 1..=3 {
         until("delivery", async || BOUNDED.load(Ordering::SeqCst) == round).await;
         tokio::time::advance(MIN_IDLE).await;
     }
-    until("dead", async || {
-        broker
-            .group_info("bounded", "g")
-            .await
-            .unwrap()
-            .dead_letters
-            == 1
-    })
-    .await;
+    until_dead("dead", &broker, "bounded", "g", 1).await;
     assert_eq!(
         BOUNDED.load(Ordering::SeqCst),
         3,
         "handled exactly max_deliveries times"
     );
-    let dead = broker
-        .dead_letters("bounded", "g", EntryId::ZERO, 1)
-        .await
-        .unwrap();
+    let dead = dead_letters(&broker, "bounded", "g", 1).await;
     assert!(
         dead[0].reason.contains("max_deliveries(3)"),
         "{}",
@@ -338,25 +277,15 @@ async fn poison(job: Job) {
 
 #[tokio::test(start_paused = true)]
 async fn an_undecodable_payload_is_dead_lettered_at_once_and_blocks_nothing() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(poison);
-    })
-    .await;
+    let (broker, app) = start_fresh(poison).await;
     broker
         .publish("poison", Message::new(b"{not json".to_vec()))
         .await
         .unwrap();
     publish(&broker, "poison", [job(2)]).await;
     until("the good one", async || seen(&POISON) == [(2, 0)]).await;
-    until("dead", async || {
-        broker.group_info("poison", "g").await.unwrap().dead_letters == 1
-    })
-    .await;
-    let dead = broker
-        .dead_letters("poison", "g", EntryId::ZERO, 1)
-        .await
-        .unwrap();
+    until_dead("dead", &broker, "poison", "g", 1).await;
+    let dead = dead_letters(&broker, "poison", "g", 1).await;
     assert!(
         dead[0].reason.contains("cannot decode the payload as"),
         "{}",
@@ -379,18 +308,10 @@ async fn panicky(job: &Job, ctx: &mut Context<'_>) {
 
 #[tokio::test(start_paused = true)]
 async fn a_panicking_handler_is_retried_and_its_lane_lives_on() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(panicky);
-    })
-    .await;
-    publish(&broker, "panicky", [job(1), job(2)]).await;
+    let (broker, app) = running(panicky, "panicky", [job(1), job(2)]).await;
     until("all", async || seen(&PANICKY).len() == 3).await;
     assert_eq!(seen(&PANICKY), [(1, 0), (2, 0), (1, 1)]);
-    until("acked", async || {
-        pending(&broker, "panicky", "g").await.is_empty()
-    })
-    .await;
+    until_acked("acked", &broker, "panicky", "g").await;
     let stats = app.stats().await;
     assert_eq!(stats[0].panicked, 1);
     app.shutdown().await;
@@ -424,10 +345,7 @@ async fn a_reply_is_published_then_the_entry_acked() {
         .unwrap();
     let reply: Doubled = serde_json::from_slice(replies[0].payload()).unwrap();
     assert_eq!(reply, Doubled { n: 8 });
-    until("acked", async || {
-        pending(&broker, "to-double", "g").await.is_empty()
-    })
-    .await;
+    until_acked("acked", &broker, "to-double", "g").await;
     app.shutdown().await;
 }
 
@@ -453,11 +371,7 @@ async fn context_probe(raw: &[u8], ctx: &mut Context<'_>) {
 
 #[tokio::test(start_paused = true)]
 async fn the_context_exposes_the_delivery() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(context_probe);
-    })
-    .await;
+    let (broker, app) = start_fresh(context_probe).await;
     let publisher = Publisher::new(Arc::new(broker.clone()));
     publisher
         .publish(&job(1))
@@ -519,11 +433,7 @@ async fn keyed(job: &Job) {
 
 #[tokio::test(start_paused = true)]
 async fn by_key_lanes_keep_each_keys_order_and_run_at_most_n_at_once() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(keyed);
-    })
-    .await;
+    let (broker, app) = start_fresh(keyed).await;
     let publisher = Publisher::new(Arc::new(broker.clone()));
     let keys = ["a", "b", "c", "d", "e", "f"];
     for n in 0..120u64 {
@@ -634,23 +544,17 @@ async fn stuck(_job: &Job) {
 
 #[tokio::test(start_paused = true)]
 async fn read_ahead_stays_bounded_while_handlers_are_stuck_and_shutdown_hands_back_the_rest() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(stuck);
-    })
-    .await;
-    publish(&broker, "stuck", (0..100).map(job)).await;
+    let (broker, app) = running(stuck, "stuck", (0..100).map(job)).await;
     until("both lanes busy", async || {
         STUCK_STARTED.load(Ordering::SeqCst) == 2
     })
     .await;
     for _ in 0..5 {
-        tokio::time::advance(Duration::from_secs(1)).await;
-        settle().await;
-        let held = broker.group_info("stuck", "g").await.unwrap().pending;
+        advance(Duration::from_secs(1), 1).await;
+        let held = group_info(&broker, "stuck", "g").await.pending;
         assert!(held <= 6, "read ahead past the bound: {held} entries held");
     }
-    assert_eq!(broker.group_info("stuck", "g").await.unwrap().pending, 6);
+    assert_eq!(group_info(&broker, "stuck", "g").await.pending, 6);
 
     // Shut down; the two running handlers finish during the deadline.
     let shutdown = tokio::spawn(app.shutdown_within(Duration::from_secs(10)));
@@ -662,7 +566,7 @@ async fn read_ahead_stays_bounded_while_handlers_are_stuck_and_shutdown_hands_ba
         2,
         "no new handler started"
     );
-    let info = broker.group_info("stuck", "g").await.unwrap();
+    let info = group_info(&broker, "stuck", "g").await;
     assert_eq!(info.pending, 4, "the two finished entries were acked");
     // The four read-but-unstarted entries are owed now: another consumer
     // gets them at once, without waiting out min_idle.
@@ -691,12 +595,7 @@ async fn backlog(_job: &Job) {
 /// already read is handled, the rest stays in the stream.
 #[tokio::test(start_paused = true)]
 async fn shutdown_stops_reading_even_with_a_backlog() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(backlog);
-    })
-    .await;
-    publish(&broker, "backlog", (0..5_000).map(job)).await;
+    let (broker, app) = running(backlog, "backlog", (0..5_000).map(job)).await;
     // Let the subscription get going on the backlog.
     tokio::task::yield_now().await;
     let before = BACKLOG.load(Ordering::SeqCst);
@@ -713,7 +612,7 @@ async fn shutdown_stops_reading_even_with_a_backlog() {
     // Read but not started: handed back, owed to the group, held by nobody.
     let owed = pending(&broker, "backlog", "g").await;
     assert!(owed.iter().all(|p| p.consumer.is_none()), "{owed:?}");
-    let info = broker.group_info("backlog", "g").await.unwrap();
+    let info = group_info(&broker, "backlog", "g").await;
     assert_eq!(info.lag as usize + owed.len() + handled, 5_000);
 }
 
@@ -726,16 +625,8 @@ async fn hang(_job: &Job) {
 
 #[tokio::test(start_paused = true)]
 async fn a_handler_past_the_shutdown_deadline_is_stopped_and_its_entry_handed_back() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(hang);
-    })
-    .await;
-    publish(&broker, "hang", [job(1)]).await;
-    until("running", async || {
-        broker.group_info("hang", "g").await.unwrap().pending == 1
-    })
-    .await;
+    let (broker, app) = running(hang, "hang", [job(1)]).await;
+    until_pending("running", &broker, "hang", "g", 1).await;
     let started = tokio::time::Instant::now();
     app.shutdown_within(Duration::from_secs(3)).await;
     assert_eq!(
@@ -754,20 +645,14 @@ static RECOVERED: Log = Mutex::new(Vec::new());
 
 #[subscriber(RedisStream::new("recover").group("g").consumer("worker-a"))]
 async fn recover(job: &Job, ctx: &mut Context<'_>) {
-    RECOVERED
-        .lock()
-        .unwrap()
-        .push((job.n, ctx.delivery_count()));
+    note(&RECOVERED, job, ctx);
 }
 
 static RECOVERED_CLAIMING: Log = Mutex::new(Vec::new());
 
 #[subscriber(RedisStream::claiming("recover-claiming", MIN_IDLE).group("g").consumer("worker-b"))]
 async fn recover_claiming(job: &Job, ctx: &mut Context<'_>) {
-    RECOVERED_CLAIMING
-        .lock()
-        .unwrap()
-        .push((job.n, ctx.delivery_count()));
+    note(&RECOVERED_CLAIMING, job, ctx);
 }
 
 /// Reads `n` entries as `consumer` and never acks them: a process that
@@ -794,20 +679,14 @@ async fn a_restarted_consumer_handles_what_it_held_before_the_crash() {
     crash_holding(&broker, "recover", "worker-a", ReadMode::New).await;
     publish(&broker, "recover", (3..5).map(job)).await;
 
-    let app = start(&broker, |b| {
-        b.include(recover);
-    })
-    .await;
+    let app = start_one(&broker, recover).await;
     until("all handled", async || seen(&RECOVERED).len() == 5).await;
     assert_eq!(
         seen(&RECOVERED),
         vec![(0, 1), (1, 1), (2, 1), (3, 0), (4, 0)],
         "the held entries first, as redeliveries"
     );
-    until("all acked", async || {
-        pending(&broker, "recover", "g").await.is_empty()
-    })
-    .await;
+    until_acked("all acked", &broker, "recover", "g").await;
     app.shutdown().await;
 }
 
@@ -825,10 +704,7 @@ async fn a_restarted_claiming_consumer_does_not_wait_for_min_idle() {
     crash_holding(&broker, "recover-claiming", "worker-b", mode).await;
 
     let started = tokio::time::Instant::now();
-    let app = start(&broker, |b| {
-        b.include(recover_claiming);
-    })
-    .await;
+    let app = start_one(&broker, recover_claiming).await;
     until("all handled", async || seen(&RECOVERED_CLAIMING).len() == 3).await;
     assert_eq!(
         started.elapsed(),
@@ -851,13 +727,7 @@ async fn batched(_job: &Job) {
 #[tokio::test(start_paused = true)]
 async fn acks_are_batched_and_a_lone_message_is_acked_at_once() {
     let spy = Spy::default();
-    let app = RustStream::new(AppInfo::new("t", "0"))
-        .with_broker(spy.clone(), |b| {
-            b.include(batched);
-        })
-        .start()
-        .await
-        .unwrap();
+    let app = start_one_named("t", spy.clone(), batched).await;
     publish(&spy.inner, "batched", [job(0)]).await;
     until("lone ack", async || spy.acks() == 1).await;
     assert_eq!(BATCHED.load(Ordering::SeqCst), 1);
@@ -969,7 +839,7 @@ async fn a_panicking_observer_does_not_stop_the_subscription() {
         .unwrap();
     publish(&broker, "observed-badly", (0..10).map(job)).await;
     until("all acked", async || app.stats().await[0].acked == 10).await;
-    let info = broker.group_info("observed-badly", "g").await.unwrap();
+    let info = group_info(&broker, "observed-badly", "g").await;
     assert_eq!((info.pending, info.lag), (0, 0));
     app.shutdown_within(Duration::from_secs(1)).await;
 }
@@ -979,6 +849,11 @@ async fn a_panicking_observer_does_not_stop_the_subscription() {
 #[subscriber(RedisStream::new("timed").group("g"), workers(2))]
 async fn timed(job: &Job) {
     // Job n sleeps n seconds; job 0 finishes without waiting.
+    sleep_n_seconds(job).await;
+}
+
+/// Sleeps `job.n` seconds.
+async fn sleep_n_seconds(job: &Job) {
     tokio::time::sleep(Duration::from_secs(job.n)).await;
 }
 
@@ -986,10 +861,7 @@ async fn timed(job: &Job) {
 /// that sleep are timed exactly, and one that does not wait adds nothing.
 #[tokio::test(start_paused = true)]
 async fn stats_time_handlers_on_the_tokio_clock() {
-    let stats = stats_after_ten_seconds("timed", [0, 3, 5], |b| {
-        b.include(timed);
-    })
-    .await;
+    let stats = stats_after_ten_seconds("timed", [0, 3, 5], timed).await;
     assert_eq!(stats.acked, 3);
     assert_eq!(stats.delivered, 3);
     assert_eq!(stats.handler_time, Duration::from_secs(8));
@@ -1002,11 +874,9 @@ async fn stats_time_handlers_on_the_tokio_clock() {
 async fn stats_after_ten_seconds(
     stream: &str,
     ns: impl IntoIterator<Item = u64>,
-    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
+    subscriber: impl ruststream::Subscriber,
 ) -> ruststream::SubscriptionStats {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, include).await;
-    publish(&broker, stream, ns.into_iter().map(job)).await;
+    let (_broker, app) = running(subscriber, stream, ns.into_iter().map(job)).await;
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -1017,17 +887,14 @@ async fn stats_after_ten_seconds(
 
 #[subscriber(RedisStream::new("timed-chain").group("g"))]
 async fn timed_chain(job: &Job) {
-    tokio::time::sleep(Duration::from_secs(job.n)).await;
+    sleep_n_seconds(job).await;
 }
 
 /// On one lane, a handler that waits and two that do not, run back to
 /// back: each is timed on its own.
 #[tokio::test(start_paused = true)]
 async fn a_waiting_handler_is_timed_alone_when_quick_ones_follow_it() {
-    let stats = stats_after_ten_seconds("timed-chain", [5, 0, 0], |b| {
-        b.include(timed_chain);
-    })
-    .await;
+    let stats = stats_after_ten_seconds("timed-chain", [5, 0, 0], timed_chain).await;
     assert_eq!(stats.acked, 3);
     assert_eq!(stats.handler_max, Duration::from_secs(5));
     assert_eq!(stats.handler_time, Duration::from_secs(5));
@@ -1046,12 +913,7 @@ async fn counted(_job: &Job) {
 /// next wakes.
 #[tokio::test(start_paused = true)]
 async fn a_running_handler_is_counted_as_delivered() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(counted);
-    })
-    .await;
-    publish(&broker, "counted", [job(1)]).await;
+    let (_broker, app) = running(counted, "counted", [job(1)]).await;
     until("started", async || {
         COUNTED_STARTED.load(Ordering::SeqCst) == 1
     })
@@ -1104,16 +966,8 @@ async fn dropped_handler(_job: &Job) {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_running_app_hands_everything_back() {
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(dropped_handler);
-    })
-    .await;
-    publish(&broker, "dropped", [job(1), job(2)]).await;
-    until("running", async || {
-        broker.group_info("dropped", "g").await.unwrap().pending == 2
-    })
-    .await;
+    let (broker, app) = running(dropped_handler, "dropped", [job(1), job(2)]).await;
+    until_pending("running", &broker, "dropped", "g", 2).await;
     drop(app);
     until("handed back", async || {
         pending(&broker, "dropped", "g")

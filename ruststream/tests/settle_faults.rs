@@ -16,7 +16,7 @@ use ruststream::prelude::*;
 use ruststream::{
     Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadRequest, StreamStart, forward_broker,
 };
-use support::{settle, stream_len};
+use support::{advance, start_named, start_one_named, stream_len};
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
 #[outgoing(name = "jobs")]
@@ -118,17 +118,6 @@ impl Broker for Flaky {
     );
 }
 
-async fn start_on(
-    broker: Arc<dyn Broker>,
-    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
-) -> ruststream::Running {
-    RustStream::new(AppInfo::new("test", "0"))
-        .with_shared_broker(broker, include)
-        .start()
-        .await
-        .expect("app starts")
-}
-
 async fn publish_jobs(broker: &MemoryBroker, stream: &str, range: std::ops::Range<u64>) {
     let publisher = Publisher::new(Arc::new(broker.clone()));
     for n in range {
@@ -157,15 +146,9 @@ async fn outage(_job: &Job) {
 async fn a_settle_that_keeps_failing_is_applied_once_the_broker_answers() {
     let flaky = Flaky::default();
     flaky.fail_settles.store(true, Ordering::SeqCst);
-    let app = start_on(Arc::new(flaky.clone()), |b| {
-        b.include(outage);
-    })
-    .await;
+    let app = start_one_named("test", flaky.clone(), outage).await;
     publish_jobs(&flaky.inner, "outage", 0..20).await;
-    for _ in 0..60 {
-        tokio::time::advance(Duration::from_secs(1)).await;
-        settle().await;
-    }
+    advance(Duration::from_secs(1), 60).await;
     assert!(
         flaky.failed.load(Ordering::SeqCst) > 6,
         "acks were tried again"
@@ -178,10 +161,7 @@ async fn a_settle_that_keeps_failing_is_applied_once_the_broker_answers() {
     assert_eq!(pending(&flaky.inner, "outage").await, 4);
 
     flaky.fail_settles.store(false, Ordering::SeqCst);
-    for _ in 0..10 {
-        tokio::time::advance(Duration::from_secs(1)).await;
-        settle().await;
-    }
+    advance(Duration::from_secs(1), 10).await;
     assert_eq!(OUTAGE_HANDLED.load(Ordering::SeqCst), 20);
     assert_eq!(pending(&flaky.inner, "outage").await, 0, "every ack landed");
     app.shutdown().await;
@@ -210,26 +190,14 @@ async fn lost_read(job: &Job, ctx: &mut Context<'_>) {
 #[tokio::test(start_paused = true)]
 async fn entries_of_a_read_whose_reply_was_lost_are_handled_all_the_same() {
     let flaky = Flaky::default();
-    let app = start_on(Arc::new(flaky.clone()), |b| {
-        b.include(lost_read);
-    })
-    .await;
+    let app = start_one_named("test", flaky.clone(), lost_read).await;
     publish_jobs(&flaky.inner, "lost-read", 0..2).await;
-    for _ in 0..3 {
-        tokio::time::advance(Duration::from_millis(20)).await;
-        settle().await;
-    }
+    advance(Duration::from_millis(20), 3).await;
     flaky.lose_next_read.store(true, Ordering::SeqCst);
     publish_jobs(&flaky.inner, "lost-read", 2..6).await;
-    for _ in 0..40 {
-        tokio::time::advance(Duration::from_millis(100)).await;
-        settle().await;
-    }
+    advance(Duration::from_millis(100), 40).await;
     publish_jobs(&flaky.inner, "lost-read", 6..8).await;
-    for _ in 0..10 {
-        tokio::time::advance(Duration::from_millis(100)).await;
-        settle().await;
-    }
+    advance(Duration::from_millis(100), 10).await;
     let mut seen = LOST_READ.lock().unwrap().clone();
     seen.sort_unstable();
     let jobs: Vec<u64> = seen.iter().map(|(n, _)| *n).collect();
@@ -264,10 +232,7 @@ async fn bound(_job: &Job) {
 #[tokio::test(start_paused = true)]
 async fn handled_entries_count_against_read_ahead_until_their_ack_lands() {
     let flaky = Flaky::default();
-    let app = start_on(Arc::new(flaky.clone()), |b| {
-        b.include(bound);
-    })
-    .await;
+    let app = start_one_named("test", flaky.clone(), bound).await;
     publish_jobs(&flaky.inner, "bound", 0..2_000).await;
     for _ in 0..2_000 {
         tokio::task::yield_now().await;
@@ -284,16 +249,10 @@ async fn handled_entries_count_against_read_ahead_until_their_ack_lands() {
     // The same bound while acks fail: reading stops at 8.
     flaky.fail_settles.store(true, Ordering::SeqCst);
     publish_jobs(&flaky.inner, "bound", 2_000..2_100).await;
-    for _ in 0..30 {
-        tokio::time::advance(Duration::from_secs(1)).await;
-        settle().await;
-    }
+    advance(Duration::from_secs(1), 30).await;
     assert_eq!(BOUND_HANDLED.load(Ordering::SeqCst), 2_008);
     flaky.fail_settles.store(false, Ordering::SeqCst);
-    for _ in 0..10 {
-        tokio::time::advance(Duration::from_secs(1)).await;
-        settle().await;
-    }
+    advance(Duration::from_secs(1), 10).await;
     assert_eq!(BOUND_HANDLED.load(Ordering::SeqCst), 2_100);
     assert_eq!(pending(&flaky.inner, "bound").await, 0);
     app.shutdown().await;
@@ -402,23 +361,14 @@ async fn lost(job: &Job) {
 #[tokio::test(start_paused = true)]
 async fn a_lost_group_is_recreated_after_the_last_entry_read() {
     let broker = Forgetful::default();
-    let app = start_on(Arc::new(broker.clone()), |b| {
-        b.include(lost);
-    })
-    .await;
+    let app = start_one_named("test", broker.clone(), lost).await;
     publish_jobs(&broker.inner, "lost", 0..5).await;
-    for _ in 0..3 {
-        tokio::time::advance(Duration::from_millis(20)).await;
-        settle().await;
-    }
+    advance(Duration::from_millis(20), 3).await;
     assert_eq!(*LOST_SEEN.lock().unwrap(), [0, 1, 2, 3, 4]);
 
     broker.lose_group();
     publish_jobs(&broker.inner, "lost", 5..10).await;
-    for _ in 0..200 {
-        tokio::time::advance(Duration::from_millis(50)).await;
-        settle().await;
-    }
+    advance(Duration::from_millis(50), 200).await;
     assert_eq!(
         *LOST_SEEN.lock().unwrap(),
         (0..10).collect::<Vec<_>>(),
@@ -442,7 +392,7 @@ async fn health_b(_job: &Job) {}
 #[tokio::test(start_paused = true)]
 async fn a_broker_that_stopped_taking_writes_makes_the_app_unhealthy() {
     let flaky = Flaky::default();
-    let app = start_on(Arc::new(flaky.clone()), |b| {
+    let app = start_named("test", flaky.clone(), |b| {
         b.include(health_a);
         b.include(health_b);
     })
@@ -476,13 +426,7 @@ async fn a_file_log_fsync_failure_shows_in_the_apps_health() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     let broker = ruststream::FileLogBroker::open(&dir).unwrap();
-    let app = RustStream::new(AppInfo::new("test", "0"))
-        .with_broker(broker.clone(), |b| {
-            b.include(durable);
-        })
-        .start()
-        .await
-        .unwrap();
+    let app = start_one_named("test", broker.clone(), durable).await;
     assert!(app.health().is_healthy());
     broker.inject_fsync_failure();
     let publisher = Publisher::new(Arc::new(broker.clone()));

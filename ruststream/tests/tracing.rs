@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use ruststream::prelude::*;
 use ruststream::{Broker, Message};
-use support::{start, until};
+use support::{start_fresh, until};
 
 #[derive(Debug, Deserialize, Serialize, Outgoing)]
 #[outgoing(name = "pings")]
@@ -86,11 +86,7 @@ async fn a_delivery_span_closes_when_its_handler_finishes() {
     let subscriber = tracing_subscriber::registry().with(life.clone());
     let _guard = tracing::subscriber::set_default(subscriber);
 
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(span_life);
-    })
-    .await;
+    let (broker, app) = start_fresh(span_life).await;
     broker
         .publish("span-life", Message::new(br#"{"n":1}"#.to_vec()))
         .await
@@ -110,11 +106,7 @@ async fn every_delivery_runs_in_a_span_naming_stream_group_consumer_id_and_count
     let subscriber = tracing_subscriber::registry().with(SpanFields(Arc::clone(&spans)));
     let _guard = tracing::subscriber::set_default(subscriber);
 
-    let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(traced);
-    })
-    .await;
+    let (broker, app) = start_fresh(traced).await;
     let id = broker
         .publish("traced", Message::new(br#"{"n":1}"#.to_vec()))
         .await

@@ -33,6 +33,7 @@ use ruststream::{
     Broker, BrokerFuture, BrokerScope, EntryId, Message, ReadBatch, ReadRequest, RedisBroker,
     forward_broker,
 };
+use support::assert_none;
 use support::redis_server::{Persistence, RedisServer};
 
 const STREAM: &str = "restart-jobs";
@@ -343,12 +344,7 @@ async fn restart_mid_run(
             .map(|p| p.n)
             .filter(|n| !handled.contains_key(n))
             .collect();
-        assert!(
-            never.is_empty(),
-            "{label}: {} acknowledged jobs never handled, e.g. {:?}",
-            never.len(),
-            &never[..never.len().min(5)]
-        );
+        assert_none(&never, 5, &label, "acknowledged jobs never handled");
     }
     let first_after = after.first().map(|p| p.n);
     assert!(

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{TempDir, journal, with_jobs_group};
+use common::{TempDir, dead_letter_jobs, ensure_g1, journal, retry_jobs, with_jobs_group};
 use ruststream_core::{
     Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
 };
@@ -62,12 +62,8 @@ async fn observe(b: &FileLogBroker) -> Vec<String> {
 
 /// A workout touching every kind of state.
 async fn workout(b: &FileLogBroker) {
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
-    b.ensure_group("other", "g1", StreamStart::New)
-        .await
-        .unwrap();
+    ensure_g1(b, "jobs", StreamStart::Beginning).await;
+    ensure_g1(b, "other", StreamStart::New).await;
     let ids = b
         .publish_batch("jobs", (0..20).map(|i| msg(&format!("job-{i}"))).collect())
         .await
@@ -80,23 +76,10 @@ async fn workout(b: &FileLogBroker) {
     let got = b.read(read("c1", ReadMode::New, 8)).await.unwrap();
     assert_eq!(got.deliveries.len(), 8);
     b.ack("jobs", "g1", &ids[0..3]).await.unwrap();
-    b.retry(
-        "jobs",
-        "g1",
-        &ids[3..4],
-        Retry::After(Duration::from_secs(3600)),
-    )
-    .await
-    .unwrap();
-    b.retry("jobs", "g1", &ids[4..5], Retry::Copy)
-        .await
-        .unwrap();
-    b.dead_letter("jobs", "g1", &ids[5..6], "bad payload")
-        .await
-        .unwrap();
-    b.dead_letter("jobs", "g1", &ids[6..7], "to redrive")
-        .await
-        .unwrap();
+    retry_jobs(b, &ids[3..4], Retry::After(Duration::from_secs(3600))).await;
+    retry_jobs(b, &ids[4..5], Retry::Copy).await;
+    dead_letter_jobs(b, &ids[5..6], "bad payload").await;
+    dead_letter_jobs(b, &ids[6..7], "to redrive").await;
     b.redrive("jobs", "g1", &ids[6..7]).await.unwrap();
     b.read(read("c2", ReadMode::New, 4)).await.unwrap();
     let g2 = b

@@ -13,11 +13,22 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use common::{TempDir, journal_len, open_with_jobs_group, with_jobs_group};
+use common::{
+    TempDir, dead_letter_jobs, ensure_g1, journal_len, open_with_jobs_group, retry_jobs,
+    with_jobs_group,
+};
 use ruststream_core::{
     Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
 };
 use ruststream_filelog::{FileLogBroker, FileLogOptions, SyncPolicy};
+
+/// Fails unless `result` is an `InvalidArgument` error; the error.
+#[track_caller]
+fn assert_invalid<T: std::fmt::Debug>(result: Result<T, BrokerError>) -> BrokerError {
+    let err = result.unwrap_err();
+    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    err
+}
 
 fn msg(text: &str) -> Message {
     Message::new(text.as_bytes().to_vec())
@@ -52,19 +63,14 @@ async fn an_oversized_record_is_refused_before_anything_changes() {
     let journal_before = journal_len(&dir.0);
 
     let huge = Message::new(vec![7u8; 64 << 20]);
-    let err = b.publish("jobs", huge.clone()).await.unwrap_err();
-    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    let err = assert_invalid(b.publish("jobs", huge.clone()).await);
     let text = err.to_string();
     assert!(
         text.contains("\"jobs\"") && text.contains("limit"),
         "the error names the stream and the limit: {text}"
     );
     // A batch is refused whole: its small first message is not kept either.
-    let err = b
-        .publish_batch("jobs", vec![msg("small"), huge])
-        .await
-        .unwrap_err();
-    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    assert_invalid(b.publish_batch("jobs", vec![msg("small"), huge]).await);
     assert_eq!(payloads(&b, "jobs").await, ["a"], "nothing was applied");
     assert_eq!(journal_len(&dir.0), journal_before, "nothing was written");
 
@@ -87,14 +93,9 @@ async fn a_stream_name_too_long_for_a_directory_is_refused_and_others_go_on() {
     // 200 bytes, within every broker's limit, but 600 as a directory name
     // (each byte of a non-ASCII character is written %XX).
     let long = "é".repeat(100);
-    let err = b.publish(&long, msg("x")).await.unwrap_err();
-    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    let err = assert_invalid(b.publish(&long, msg("x")).await);
     assert!(err.to_string().contains("255"), "names the limit: {err}");
-    let err = b
-        .ensure_group(&long, "g1", StreamStart::New)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    assert_invalid(b.ensure_group(&long, "g1", StreamStart::New).await);
     assert_eq!(b.stream_info(&long).await.unwrap(), None);
     // A long ASCII name of the same length is fine.
     b.publish(&"s".repeat(200), msg("y")).await.unwrap();
@@ -110,9 +111,7 @@ async fn a_stream_name_too_long_for_a_directory_is_refused_and_others_go_on() {
 async fn an_io_error_on_one_stream_fails_that_call_only() {
     let dir = TempDir::new();
     let b = open_with_jobs_group(&dir.0).await;
-    b.ensure_group("blocked", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    ensure_g1(&b, "blocked", StreamStart::Beginning).await;
     b.publish("jobs", msg("a")).await.unwrap();
     // A file where the stream's directory goes: creating it fails.
     let in_the_way = dir.0.join("streams").join("blocked");
@@ -137,13 +136,19 @@ async fn an_io_error_on_one_stream_fails_that_call_only() {
     assert_eq!(b.group_info("blocked", "g1").await.unwrap().pending, 1);
 }
 
-#[tokio::test]
-async fn a_segment_write_cut_short_is_undone_and_the_log_reopens() {
+/// A fresh log with group `g1` on `jobs` and entries "a" and "b" in it.
+async fn jobs_a_b() -> (TempDir, FileLogBroker) {
     let dir = TempDir::new();
     let b = open_with_jobs_group(&dir.0).await;
     b.publish_batch("jobs", vec![msg("a"), msg("b")])
         .await
         .unwrap();
+    (dir, b)
+}
+
+#[tokio::test]
+async fn a_segment_write_cut_short_is_undone_and_the_log_reopens() {
+    let (dir, b) = jobs_a_b().await;
     // The next write to the stream's segment writes half its bytes, then
     // fails.
     b.inject_write_failure(Some("jobs"));
@@ -163,11 +168,7 @@ async fn a_segment_write_cut_short_is_undone_and_the_log_reopens() {
 
 #[tokio::test]
 async fn a_journal_write_cut_short_undoes_the_read_that_made_it() {
-    let dir = TempDir::new();
-    let b = open_with_jobs_group(&dir.0).await;
-    b.publish_batch("jobs", vec![msg("a"), msg("b")])
-        .await
-        .unwrap();
+    let (dir, b) = jobs_a_b().await;
     b.inject_write_failure(None);
     let err = b
         .read(ReadRequest::new("jobs", "g1", "c1", ReadMode::New, 10))
@@ -271,16 +272,11 @@ async fn a_start_past_the_end_of_the_stream_is_refused_without_journaling() {
         .unwrap();
     let past = EntryId::new(ids[1].ms + 3_600_000, 0);
     let before = journal_len(&dir.0);
-    let err = b
-        .ensure_group("jobs", "g1", StreamStart::Id(past))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
-    let err = b
-        .ensure_group("fresh", "g1", StreamStart::Id(EntryId::new(1, 0)))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    assert_invalid(b.ensure_group("jobs", "g1", StreamStart::Id(past)).await);
+    assert_invalid(
+        b.ensure_group("fresh", "g1", StreamStart::Id(EntryId::new(1, 0)))
+            .await,
+    );
     assert_eq!(journal_len(&dir.0), before, "nothing journaled");
     assert!(b.group_info("jobs", "g1").await.is_err());
 
@@ -288,11 +284,10 @@ async fn a_start_past_the_end_of_the_stream_is_refused_without_journaling() {
         .await
         .unwrap();
     let before = journal_len(&dir.0);
-    let err = b
-        .set_group_position("jobs", "g1", StreamStart::Id(past))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, BrokerError::InvalidArgument(_)), "{err:?}");
+    assert_invalid(
+        b.set_group_position("jobs", "g1", StreamStart::Id(past))
+            .await,
+    );
     assert_eq!(journal_len(&dir.0), before, "nothing journaled");
     drop(b);
     let b = FileLogBroker::open(&dir.0).unwrap();
@@ -378,9 +373,7 @@ where
 async fn a_failed_call_of_any_kind_leaves_every_stream_as_it_was() {
     let dir = TempDir::new();
     let b = open_with_jobs_group(&dir.0).await;
-    b.ensure_group("other", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    ensure_g1(&b, "other", StreamStart::Beginning).await;
     let ids = b
         .publish_batch("jobs", (0..12).map(|i| msg(&format!("j{i}"))).collect())
         .await
@@ -392,20 +385,9 @@ async fn a_failed_call_of_any_kind_leaves_every_stream_as_it_was() {
         .await
         .unwrap();
     b.ack("jobs", "g1", &ids[0..2]).await.unwrap();
-    b.retry(
-        "jobs",
-        "g1",
-        &ids[2..3],
-        Retry::After(Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
-    b.retry("jobs", "g1", &ids[3..4], Retry::Copy)
-        .await
-        .unwrap();
-    b.dead_letter("jobs", "g1", &ids[4..6], "bad")
-        .await
-        .unwrap();
+    retry_jobs(&b, &ids[2..3], Retry::After(Duration::from_secs(60))).await;
+    retry_jobs(&b, &ids[3..4], Retry::Copy).await;
+    dead_letter_jobs(&b, &ids[4..6], "bad").await;
     // Entries 5 to 7 stay pending or dead past the trim: kept in memory.
     b.trim("jobs", Trim::MaxLen(4)).await.unwrap();
     let before = observe(&b).await;

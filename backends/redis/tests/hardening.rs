@@ -127,6 +127,20 @@ async fn stream_with_group(broker: &RedisBroker, what: &str) -> String {
     s
 }
 
+/// Publishes one entry per payload to `s`, in one call: their ids.
+async fn publish_payloads(broker: &RedisBroker, s: &str, payloads: &[&[u8]]) -> Vec<EntryId> {
+    let messages = payloads.iter().map(|p| Message::new(p.to_vec())).collect();
+    broker.publish_batch(s, messages).await.unwrap()
+}
+
+/// A broker on the server under test and a fresh stream named after
+/// `what` (see [`stream_with_group`]).
+async fn broker_and_stream(what: &str) -> (RedisBroker, String) {
+    let broker = RedisBroker::standalone(url());
+    let s = stream_with_group(&broker, what).await;
+    (broker, s)
+}
+
 /// A fresh stream (see [`stream_with_group`]) holding an entry of `n`
 /// fields, then a small one: (stream, big, small).
 async fn big_then_small(broker: &RedisBroker, what: &str, n: usize) -> (String, EntryId, EntryId) {
@@ -254,6 +268,22 @@ async fn dead_letters_and_redrives_of_an_entry_with_thousands_of_fields_keep_eve
     }
 }
 
+/// Reads up to `count` entries of `s` as `consumer` in `mode`, with
+/// `max_deliveries(max)`.
+async fn bounded_read(
+    broker: &RedisBroker,
+    s: &str,
+    consumer: &str,
+    mode: ReadMode,
+    count: usize,
+    max: u32,
+) -> ReadBatch {
+    broker
+        .read(ReadRequest::new(s, G, consumer, mode, count).max_deliveries(max))
+        .await
+        .unwrap()
+}
+
 /// Reads `s` as `consumer` until `id` is delivered (at most a few reads).
 async fn deliver(broker: &RedisBroker, s: &str, consumer: &str, id: EntryId) {
     let got = new_read(broker, s, consumer, 1).await;
@@ -268,10 +298,7 @@ async fn a_big_owed_entry_at_max_deliveries_is_dead_lettered_and_blocks_nothing(
         let (s, big, small) = big_then_small(&broker, &format!("big-owed-new-{n}"), n).await;
         deliver(&broker, &s, "c", big).await;
         retry_now(&broker, &s, &[big]).await;
-        let read = broker
-            .read(ReadRequest::new(&s, G, "c", ReadMode::New, 1).max_deliveries(1))
-            .await
-            .unwrap();
+        let read = bounded_read(&broker, &s, "c", ReadMode::New, 1, 1).await;
         assert_eq!(read.dead_lettered, [big], "{n} fields");
         assert_eq!(delivered(&read), [small]);
         let dead = dead_letters(&broker, &s).await;
@@ -294,10 +321,7 @@ async fn a_big_owed_entry_at_max_deliveries_is_dead_lettered_and_blocks_nothing(
         let reclaim = ReadMode::Reclaim {
             min_idle: Duration::from_secs(60),
         };
-        let read = broker
-            .read(ReadRequest::new(&s, G, "r", reclaim, 1).max_deliveries(2))
-            .await
-            .unwrap();
+        let read = bounded_read(&broker, &s, "r", reclaim, 1, 2).await;
         assert_eq!(read.dead_lettered, [big], "{n} fields");
         assert_eq!(
             delivered(&read),
@@ -319,10 +343,7 @@ async fn a_big_claimed_entry_at_max_deliveries_is_dead_lettered_by_reclaim_and_o
         let reclaim = ReadMode::Reclaim {
             min_idle: Duration::from_millis(10),
         };
-        let read = broker
-            .read(ReadRequest::new(&s, G, "r", reclaim, 10).max_deliveries(1))
-            .await
-            .unwrap();
+        let read = bounded_read(&broker, &s, "r", reclaim, 10, 1).await;
         assert_eq!(read.dead_lettered, [big, small], "{n} fields");
         let dead = dead_letters(&broker, &s).await;
         assert_eq!(dead.len(), 2);
@@ -335,15 +356,9 @@ async fn a_big_claimed_entry_at_max_deliveries_is_dead_lettered_by_reclaim_and_o
         let own = ReadMode::OwnPending {
             after: EntryId::ZERO,
         };
-        let read = broker
-            .read(ReadRequest::new(&s, G, "c", own, 10).max_deliveries(2))
-            .await
-            .unwrap();
+        let read = bounded_read(&broker, &s, "c", own, 10, 2).await;
         assert_eq!(read.deliveries.len(), 2, "under the bound: re-read");
-        let read = broker
-            .read(ReadRequest::new(&s, G, "c", own, 10).max_deliveries(2))
-            .await
-            .unwrap();
+        let read = bounded_read(&broker, &s, "c", own, 10, 2).await;
         assert_eq!(read.dead_lettered, [big, small], "{n} fields");
         assert_eq!(pending_ids(&broker, &s).await, []);
     }
@@ -363,10 +378,7 @@ async fn a_big_retry_copy_at_max_deliveries_is_dead_lettered_by_a_new_read() {
             .await
             .unwrap();
         let copy: EntryId = raw_entries(&s).await[1].0.parse().unwrap();
-        let read = broker
-            .read(ReadRequest::new(&s, G, "c", ReadMode::New, 10).max_deliveries(1))
-            .await
-            .unwrap();
+        let read = bounded_read(&broker, &s, "c", ReadMode::New, 10, 1).await;
         assert_eq!(read.dead_lettered, [copy], "{n} fields");
         assert_eq!(delivered(&read), [small]);
         let dead = dead_letters(&broker, &s).await;
@@ -448,8 +460,7 @@ async fn owed_entries_due_at_the_same_time_come_back_in_id_order() {
 async fn owed_entries_written_before_the_padded_layout_are_still_read() {
     // A due set member in the old layout (the plain id), as a broker of an
     // earlier version left it.
-    let broker = RedisBroker::standalone(url());
-    let s = stream_with_group(&broker, "owed-legacy").await;
+    let (broker, s) = broker_and_stream("owed-legacy").await;
     let id = broker
         .publish(&s, Message::new(b"x".to_vec()))
         .await
@@ -507,18 +518,8 @@ async fn owed_entries_written_before_the_padded_layout_are_still_read() {
 
 #[tokio::test]
 async fn a_dead_letter_whose_entry_was_trimmed_first_is_kept_when_redrive_cannot_restore_it() {
-    let broker = RedisBroker::standalone(url());
-    let s = stream_with_group(&broker, "lost-redrive").await;
-    let ids = broker
-        .publish_batch(
-            &s,
-            vec![
-                Message::new(b"lost".to_vec()),
-                Message::new(b"kept".to_vec()),
-            ],
-        )
-        .await
-        .unwrap();
+    let (broker, s) = broker_and_stream("lost-redrive").await;
+    let ids = publish_payloads(&broker, &s, &[b"lost", b"kept"]).await;
     assert_eq!(new_read(&broker, &s, "c", 10).await, ids);
     // The first is trimmed while pending, then dead-lettered; the second
     // is dead-lettered while the stream still holds it.
@@ -681,8 +682,7 @@ async fn names_that_would_share_keys_are_refused_before_anything_is_sent() {
 
 #[tokio::test]
 async fn a_dead_letter_of_a_retry_copy_names_the_original_entry_and_the_copy() {
-    let broker = RedisBroker::standalone(url());
-    let s = stream_with_group(&broker, "orig").await;
+    let (broker, s) = broker_and_stream("orig").await;
     let original = broker
         .publish(
             &s,
@@ -753,13 +753,7 @@ async fn a_dead_letter_of_a_retry_copy_names_the_original_entry_and_the_copy() {
 async fn a_group_cannot_start_or_move_past_the_end_of_its_stream() {
     let broker = RedisBroker::standalone(url());
     let s = unique("past-end");
-    let ids = broker
-        .publish_batch(
-            &s,
-            vec![Message::new(b"a".to_vec()), Message::new(b"b".to_vec())],
-        )
-        .await
-        .unwrap();
+    let ids = publish_payloads(&broker, &s, &[b"a", b"b"]).await;
     let past = EntryId::new(ids[1].ms + 3_600_000, 0);
     let err = broker
         .ensure_group(&s, G, StreamStart::Id(past))
@@ -823,15 +817,8 @@ async fn unspoil(key: &str) {
 
 #[tokio::test]
 async fn a_settle_call_that_fails_changes_nothing() {
-    let broker = RedisBroker::standalone(url());
-    let s = stream_with_group(&broker, "all-or-nothing").await;
-    let ids = broker
-        .publish_batch(
-            &s,
-            vec![Message::new(b"a".to_vec()), Message::new(b"b".to_vec())],
-        )
-        .await
-        .unwrap();
+    let (broker, s) = broker_and_stream("all-or-nothing").await;
+    let ids = publish_payloads(&broker, &s, &[b"a", b"b"]).await;
     assert_eq!(new_read(&broker, &s, "c", 10).await, ids);
     let due = format!("rs:{{{s}}}:due:{G}");
     let dead = dead_key(&s);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::Value;
 use ruststream_core::{
-    Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart,
+    Broker, BrokerError, EntryId, Message, ReadBatch, ReadMode, ReadRequest, Retry, StreamStart,
 };
 use ruststream_redis::RedisBroker;
 use support::{kill_clients_of_db, raw, unique, url, url_db, xrange};
@@ -31,6 +31,41 @@ fn fields_of(entry: &Value) -> Vec<String> {
         },
         _ => Vec::new(),
     }
+}
+
+/// Creates `group` on `s` for new entries, publishes one entry of
+/// `payload` and reads it as `consumer`: the ids read.
+async fn deliver_one(
+    broker: &RedisBroker,
+    s: &str,
+    group: &str,
+    consumer: &str,
+    payload: &[u8],
+) -> Vec<EntryId> {
+    broker
+        .ensure_group(s, group, StreamStart::New)
+        .await
+        .unwrap();
+    broker
+        .publish(s, Message::new(payload.to_vec()))
+        .await
+        .unwrap();
+    let read = read_new(broker, s, group, consumer, 10).await;
+    read.deliveries.iter().map(|d| d.id()).collect()
+}
+
+/// A read of up to `count` new entries of `s` as `consumer` of `group`.
+async fn read_new(
+    broker: &RedisBroker,
+    s: &str,
+    group: &str,
+    consumer: &str,
+    count: usize,
+) -> ReadBatch {
+    broker
+        .read(ReadRequest::new(s, group, consumer, ReadMode::New, count))
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -73,10 +108,7 @@ async fn entries_use_the_documented_fields_both_ways() {
         .query_async(&mut cli)
         .await
         .unwrap();
-    let batch = broker
-        .read(ReadRequest::new(&s, "g", "c", ReadMode::New, 10))
-        .await
-        .unwrap();
+    let batch = read_new(&broker, &s, "g", "c", 10).await;
     assert_eq!(batch.deliveries.len(), 2);
     let second = &batch.deliveries[1];
     assert_eq!(second.id().to_string(), plain);
@@ -92,19 +124,7 @@ async fn entries_use_the_documented_fields_both_ways() {
 async fn retry_copies_and_dead_letters_are_readable_by_other_clients() {
     let broker = RedisBroker::standalone(url());
     let s = unique("copies");
-    broker
-        .ensure_group(&s, "ledger", StreamStart::New)
-        .await
-        .unwrap();
-    broker
-        .publish(&s, Message::new(b"p".to_vec()))
-        .await
-        .unwrap();
-    let first = broker
-        .read(ReadRequest::new(&s, "ledger", "c", ReadMode::New, 10))
-        .await
-        .unwrap();
-    let ids: Vec<EntryId> = first.deliveries.iter().map(|d| d.id()).collect();
+    let ids = deliver_one(&broker, &s, "ledger", "c", b"p").await;
     broker.retry(&s, "ledger", &ids, Retry::Copy).await.unwrap();
 
     let mut cli = raw(0).await;
@@ -128,10 +148,7 @@ async fn retry_copies_and_dead_letters_are_readable_by_other_clients() {
         "a copy names its group, carries the count and its original's id, first"
     );
     // The copy's pending record counts across copies once read.
-    let copy = broker
-        .read(ReadRequest::new(&s, "ledger", "c", ReadMode::New, 10))
-        .await
-        .unwrap();
+    let copy = read_new(&broker, &s, "ledger", "c", 10).await;
     assert_eq!(copy.deliveries[0].delivery_count, 1);
     let pending: Value = redis::cmd("XPENDING")
         .arg(&s)
@@ -346,10 +363,7 @@ async fn a_flushed_group_is_nogroup_and_ensure_group_recreates_it() {
         .publish(&s, Message::new(b"x".to_vec()))
         .await
         .unwrap();
-    let batch = broker
-        .read(ReadRequest::new(&s, "g", "c", ReadMode::New, 1))
-        .await
-        .unwrap();
+    let batch = read_new(&broker, &s, "g", "c", 1).await;
     assert_eq!(batch.deliveries.len(), 1);
 }
 
@@ -359,19 +373,7 @@ async fn a_delayed_retry_wakes_a_blocked_reader_of_another_process() {
     let reader = RedisBroker::standalone(url());
     let worker = RedisBroker::standalone(url());
     let s = unique("wake");
-    worker
-        .ensure_group(&s, "g", StreamStart::New)
-        .await
-        .unwrap();
-    worker
-        .publish(&s, Message::new(b"job".to_vec()))
-        .await
-        .unwrap();
-    let got = worker
-        .read(ReadRequest::new(&s, "g", "w", ReadMode::New, 10))
-        .await
-        .unwrap();
-    let ids: Vec<EntryId> = got.deliveries.iter().map(|d| d.id()).collect();
+    let ids = deliver_one(&worker, &s, "g", "w", b"job").await;
     let s2 = s.clone();
     let blocked = tokio::spawn(async move {
         let started = tokio::time::Instant::now();
@@ -420,15 +422,7 @@ async fn a_dead_letter_is_visible_and_redrivable_from_another_process() {
     let one = RedisBroker::standalone(url());
     let other = RedisBroker::standalone(url());
     let s = unique("dead-shared");
-    one.ensure_group(&s, "g", StreamStart::New).await.unwrap();
-    one.publish(&s, Message::new(b"bad".to_vec()))
-        .await
-        .unwrap();
-    let got = one
-        .read(ReadRequest::new(&s, "g", "c", ReadMode::New, 10))
-        .await
-        .unwrap();
-    let id = got.deliveries[0].id();
+    let id = deliver_one(&one, &s, "g", "c", b"bad").await[0];
     one.dead_letter(&s, "g", &[id], "poison").await.unwrap();
     let listed = other
         .dead_letters(&s, "g", EntryId::ZERO, 10)
@@ -437,10 +431,7 @@ async fn a_dead_letter_is_visible_and_redrivable_from_another_process() {
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].id(), listed[0].reason.as_str()), (id, "poison"));
     assert_eq!(other.redrive(&s, "g", &[id]).await.unwrap(), 1);
-    let again = one
-        .read(ReadRequest::new(&s, "g", "c2", ReadMode::New, 10))
-        .await
-        .unwrap();
+    let again = read_new(&one, &s, "g", "c2", 10).await;
     assert_eq!(again.deliveries[0].id(), id);
     assert_eq!(
         again.deliveries[0].delivery_count, 0,
@@ -466,10 +457,7 @@ async fn owed_entries_go_first_and_new_ones_beyond_the_count_are_handed_back() {
         )
         .await
         .unwrap();
-    let first = broker
-        .read(ReadRequest::new(&s, "g", "c1", ReadMode::New, 1))
-        .await
-        .unwrap();
+    let first = read_new(&broker, &s, "g", "c1", 1).await;
     let a = first.deliveries[0].id();
     broker
         .retry(&s, "g", &[a], Retry::After(Duration::ZERO))
@@ -477,10 +465,7 @@ async fn owed_entries_go_first_and_new_ones_beyond_the_count_are_handed_back() {
         .unwrap();
     // The new entries are read in the same round trip as the owed one is
     // found due; one of them does not fit and goes back, unread.
-    let second = broker
-        .read(ReadRequest::new(&s, "g", "c2", ReadMode::New, 2))
-        .await
-        .unwrap();
+    let second = read_new(&broker, &s, "g", "c2", 2).await;
     let got: Vec<&[u8]> = second
         .deliveries
         .iter()
@@ -498,10 +483,7 @@ async fn owed_entries_go_first_and_new_ones_beyond_the_count_are_handed_back() {
         (None, 0),
         "{pending:?}"
     );
-    let third = broker
-        .read(ReadRequest::new(&s, "g", "c3", ReadMode::New, 10))
-        .await
-        .unwrap();
+    let third = read_new(&broker, &s, "g", "c3", 10).await;
     assert_eq!(third.deliveries.len(), 1);
     assert_eq!(third.deliveries[0].entry.payload(), b"c");
     assert_eq!(

@@ -1148,6 +1148,49 @@ fn callgrind_region<T>(f: impl FnOnce() -> T) -> T {
     std::hint::black_box(f())
 }
 
+/// A fresh log in a temp dir named after `what`, with group 0 on the
+/// stream from its beginning and `entries` entries published (not timed).
+fn filled_log(
+    runtime: &tokio::runtime::Runtime,
+    what: &str,
+    entries: u64,
+) -> BenchResult<(TempDir, FileLogBroker)> {
+    let dir = TempDir::new(what)?;
+    let broker = FileLogBroker::open(dir.path())?;
+    runtime.block_on(async {
+        broker
+            .ensure_group(STREAM, &group_name(0), StreamStart::Beginning)
+            .await?;
+        fill(&broker, entries).await
+    })?;
+    Ok((dir, broker))
+}
+
+/// Runs `consume` (of `expected` entries) in the callgrind region with
+/// allocations counted, checks what it acked (`check` names it) and prints
+/// the `row` line: messages, rate, allocations.
+fn measured_consume(
+    check: &str,
+    row: &str,
+    expected: u64,
+    consume: impl FnOnce() -> Result<u64, BrokerError>,
+) -> BenchResult<()> {
+    counting::enable(true);
+    let before = counting::allocations();
+    let start = Instant::now();
+    let acked = callgrind_region(consume)?;
+    let elapsed = start.elapsed();
+    let allocations = counting::allocations() - before;
+    counting::enable(false);
+    expect_count(check, acked, expected)?;
+    println!(
+        "{row}: {acked} messages in {:.3} s = {} msg/s, allocations={allocations}",
+        elapsed.as_secs_f64(),
+        thousands(acked as f64 / elapsed.as_secs_f64())
+    );
+    Ok(())
+}
+
 fn only(runtime: &tokio::runtime::Runtime, options: &Options, which: Only) -> BenchResult<()> {
     match which {
         Only::Publish | Only::Interval => {
@@ -1177,27 +1220,10 @@ fn only(runtime: &tokio::runtime::Runtime, options: &Options, which: Only) -> Be
             );
         }
         Only::Consume => {
-            let dir = TempDir::new("only-consume")?;
-            let broker = FileLogBroker::open(dir.path())?;
-            runtime.block_on(async {
-                broker
-                    .ensure_group(STREAM, &group_name(0), StreamStart::Beginning)
-                    .await?;
-                fill(&broker, options.entries).await
+            let (_dir, broker) = filled_log(runtime, "only-consume", options.entries)?;
+            measured_consume("consume", "consume+ack", options.entries, || {
+                runtime.block_on(consume(&broker, &group_name(0)))
             })?;
-            counting::enable(true);
-            let before = counting::allocations();
-            let start = Instant::now();
-            let acked = callgrind_region(|| runtime.block_on(consume(&broker, &group_name(0))))?;
-            let elapsed = start.elapsed();
-            let allocations = counting::allocations() - before;
-            counting::enable(false);
-            expect_count("consume", acked, options.entries)?;
-            println!(
-                "consume+ack: {acked} messages in {:.3} s = {} msg/s, allocations={allocations}",
-                elapsed.as_secs_f64(),
-                thousands(acked as f64 / elapsed.as_secs_f64())
-            );
             drop(broker);
         }
         Only::Raw => {
@@ -1218,15 +1244,8 @@ fn only(runtime: &tokio::runtime::Runtime, options: &Options, which: Only) -> Be
             );
         }
         Only::Reopen => {
-            let dir = TempDir::new("only-reopen")?;
-            let broker = FileLogBroker::open(dir.path())?;
-            runtime.block_on(async {
-                broker
-                    .ensure_group(STREAM, &group_name(0), StreamStart::Beginning)
-                    .await?;
-                fill(&broker, options.entries).await?;
-                consume(&broker, &group_name(0)).await
-            })?;
+            let (dir, broker) = filled_log(runtime, "only-reopen", options.entries)?;
+            runtime.block_on(consume(&broker, &group_name(0)))?;
             drop(broker);
             let start = Instant::now();
             let broker = callgrind_region(|| FileLogBroker::open(dir.path()))?;
@@ -1251,19 +1270,9 @@ fn only(runtime: &tokio::runtime::Runtime, options: &Options, which: Only) -> Be
                 engine.publish(STREAM, (0..n).map(|_| message()), clock.now_ms());
                 left -= n;
             }
-            counting::enable(true);
-            let before = counting::allocations();
-            let start = Instant::now();
-            let acked = callgrind_region(|| consume_engine(&mut engine, clock, &group))?;
-            let elapsed = start.elapsed();
-            let allocations = counting::allocations() - before;
-            counting::enable(false);
-            expect_count("engine consume", acked, options.entries)?;
-            println!(
-                "engine read+ack: {acked} messages in {:.3} s = {} msg/s, allocations={allocations}",
-                elapsed.as_secs_f64(),
-                thousands(acked as f64 / elapsed.as_secs_f64())
-            );
+            measured_consume("engine consume", "engine read+ack", options.entries, || {
+                consume_engine(&mut engine, clock, &group)
+            })?;
         }
     }
     Ok(())

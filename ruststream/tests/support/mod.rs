@@ -7,26 +7,71 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ruststream::{
-    Broker, BrokerError, BrokerFuture, EntryId, MemoryBroker, PendingEntry, ReadBatch, ReadMode,
-    ReadRequest, forward_broker,
+    Broker, BrokerError, BrokerFuture, DeadLetter, EntryId, GroupInfo, MemoryBroker, PendingEntry,
+    ReadBatch, ReadMode, ReadRequest, Subscriber, forward_broker,
 };
+
+/// Starts an app called `name` on `broker` with the subscribers `include`
+/// adds.
+pub async fn start_named<B: Broker>(
+    name: &str,
+    broker: B,
+    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
+) -> ruststream::Running {
+    ruststream::RustStream::new(ruststream::AppInfo::new(name, "0"))
+        .with_broker(broker, include)
+        .start()
+        .await
+        .expect("app starts")
+}
 
 /// Starts an app on `broker` with the subscribers `include` adds.
 pub async fn start(
     broker: &MemoryBroker,
     include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
 ) -> ruststream::Running {
-    ruststream::RustStream::new(ruststream::AppInfo::new("test", "0"))
-        .with_broker(broker.clone(), include)
-        .start()
-        .await
-        .expect("app starts")
+    start_named("test", broker.clone(), include).await
+}
+
+/// Starts an app on `broker` with the one subscriber `subscriber`.
+pub async fn start_one(broker: &MemoryBroker, subscriber: impl Subscriber) -> ruststream::Running {
+    start_one_named("test", broker.clone(), subscriber).await
+}
+
+/// A fresh memory broker and an app running on it with the one subscriber
+/// `subscriber`.
+pub async fn start_fresh(subscriber: impl Subscriber) -> (MemoryBroker, ruststream::Running) {
+    let broker = MemoryBroker::new();
+    let app = start_one(&broker, subscriber).await;
+    (broker, app)
+}
+
+/// Starts an app called `name` on `broker` with the one subscriber
+/// `subscriber`.
+pub async fn start_one_named<B: Broker>(
+    name: &str,
+    broker: B,
+    subscriber: impl Subscriber,
+) -> ruststream::Running {
+    start_named(name, broker, |b| {
+        b.include(subscriber);
+    })
+    .await
 }
 
 /// Lets every task that can run, run, without moving the paused clock.
 pub async fn settle() {
     for _ in 0..200 {
         tokio::task::yield_now().await;
+    }
+}
+
+/// Moves the paused clock on by `step`, `times` times, letting every task
+/// that can run, run after each step.
+pub async fn advance(step: Duration, times: u32) {
+    for _ in 0..times {
+        tokio::time::advance(step).await;
+        settle().await;
     }
 }
 
@@ -41,11 +86,52 @@ pub async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
     panic!("timed out waiting for: {what}");
 }
 
+/// Yields until `group` on `stream` holds nothing pending.
+pub async fn until_acked(what: &str, broker: &dyn Broker, stream: &str, group: &str) {
+    until(what, async || {
+        pending(broker, stream, group).await.is_empty()
+    })
+    .await;
+}
+
+/// Yields until `group` on `stream` counts `n` dead letters.
+pub async fn until_dead(what: &str, broker: &dyn Broker, stream: &str, group: &str, n: u64) {
+    until(what, async || {
+        group_info(broker, stream, group).await.dead_letters == n
+    })
+    .await;
+}
+
+/// Yields until `group` on `stream` counts `n` entries pending.
+pub async fn until_pending(what: &str, broker: &dyn Broker, stream: &str, group: &str, n: u64) {
+    until(what, async || {
+        group_info(broker, stream, group).await.pending == n
+    })
+    .await;
+}
+
 pub async fn pending(broker: &dyn Broker, stream: &str, group: &str) -> Vec<PendingEntry> {
     broker
         .pending(stream, group, EntryId::ZERO, 1000, None)
         .await
         .unwrap()
+}
+
+/// The first `count` dead letters of `group` on `stream`.
+pub async fn dead_letters(
+    broker: &dyn Broker,
+    stream: &str,
+    group: &str,
+    count: usize,
+) -> Vec<DeadLetter> {
+    broker
+        .dead_letters(stream, group, EntryId::ZERO, count)
+        .await
+        .unwrap()
+}
+
+pub async fn group_info(broker: &dyn Broker, stream: &str, group: &str) -> GroupInfo {
+    broker.group_info(stream, group).await.unwrap()
 }
 
 pub async fn stream_len(broker: &dyn Broker, stream: &str) -> u64 {

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use ruststream::{Broker, EntryId};
 
+use super::assert_none;
+
 /// The stream the children use.
 pub const STREAM: &str = "jobs";
 
@@ -276,11 +278,11 @@ impl Seen {
                 .iter()
                 .filter(|(id, payload)| stored.get(id).copied() != Some(payload.as_bytes()))
                 .collect();
-            assert!(
-                lost.is_empty(),
-                "round {round}: {} acknowledged publishes lost, e.g. {:?}",
-                lost.len(),
-                &lost[..lost.len().min(3)]
+            assert_none(
+                &lost,
+                3,
+                format!("round {round}"),
+                "acknowledged publishes lost",
             );
         }
         self.published_checked = self.published.keys().next_back().copied();
@@ -325,11 +327,11 @@ impl Seen {
                     !pending.contains(id) && !dead.contains(id) && !group.handled.contains_key(id)
                 })
                 .collect();
-            assert!(
-                skipped.is_empty(),
-                "round {round}: group {name}: {} entries skipped, e.g. {:?}",
-                skipped.len(),
-                &skipped[..skipped.len().min(3)]
+            assert_none(
+                &skipped,
+                3,
+                format!("round {round}: group {name}"),
+                "entries skipped",
             );
             // Pending and never handled: looked at again next time.
             group.recheck = candidates
@@ -350,12 +352,11 @@ impl Seen {
                 .keys()
                 .filter(|id| !group.handled.contains_key(id))
                 .collect();
-            assert!(
-                never.is_empty(),
-                "group {}: {} published entries never handled, e.g. {:?}",
-                group.name,
-                never.len(),
-                &never[..never.len().min(3)]
+            assert_none(
+                &never,
+                3,
+                format!("group {}", group.name),
+                "published entries never handled",
             );
         }
     }

@@ -6,3 +6,20 @@
 
 pub mod crash;
 pub mod redis_server;
+
+/// Fails unless `found` is empty, with `context`, how many were found and
+/// `what` they are, and up to `shown` of them.
+#[track_caller]
+pub fn assert_none<T: std::fmt::Debug>(
+    found: &[T],
+    shown: usize,
+    context: impl std::fmt::Display,
+    what: &str,
+) {
+    assert!(
+        found.is_empty(),
+        "{context}: {} {what}, e.g. {:?}",
+        found.len(),
+        &found[..found.len().min(shown)]
+    );
+}

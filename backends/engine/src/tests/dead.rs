@@ -7,8 +7,7 @@ use super::*;
 
 #[test]
 fn an_entry_delivered_max_times_is_dead_lettered_instead_of_claimed() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0); // times_delivered 1
+    let (mut e, all) = held(1); // times_delivered 1
     let below = read(&mut e, reclaim_req("b", 0, 10).max_deliveries(3), T0 + 1);
     assert_eq!(ids(&below), all); // 2
     assert!(below.dead_lettered.is_empty());
@@ -33,9 +32,7 @@ fn an_entry_delivered_max_times_is_dead_lettered_instead_of_claimed() {
 
 #[test]
 fn max_deliveries_applies_to_owed_entries() {
-    let (mut e, all) = setup(2);
-    read(&mut e, new_req("a", 1), T0);
-    e.retry_after(S, G, &[all[0]], 0, T0).unwrap();
+    let (mut e, all) = owed(2);
     let batch = read(&mut e, new_req("a", 10).max_deliveries(1), T0 + 1);
     assert_eq!(batch.dead_lettered, vec![all[0]]);
     assert_eq!(ids(&batch), vec![all[1]]);
@@ -44,8 +41,7 @@ fn max_deliveries_applies_to_owed_entries() {
 
 #[test]
 fn max_deliveries_applies_to_own_pending_rereads() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     let batch = read(
         &mut e,
         own_req("a", EntryId::ZERO, 10).max_deliveries(1),
@@ -65,8 +61,7 @@ fn max_deliveries_does_not_stop_a_first_delivery() {
 
 #[test]
 fn max_deliveries_applies_to_a_retry_copy_carrying_the_count() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     read(&mut e, reclaim_req("a", 0, 1), T0 + 1); // times_delivered 2
     let copy = e.retry_copy(S, G, &all, T0 + 2).unwrap()[0].copy.unwrap();
     let after = publish_one(&mut e, "after", T0 + 3);
@@ -85,8 +80,7 @@ fn max_deliveries_applies_to_a_retry_copy_carrying_the_count() {
 
 #[test]
 fn a_retry_copy_below_max_deliveries_is_delivered() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     let copy = e.retry_copy(S, G, &all, T0).unwrap()[0].copy.unwrap();
     let batch = read(&mut e, new_req("a", 10).max_deliveries(2), T0);
     assert_eq!(ids(&batch), vec![copy]);
@@ -128,8 +122,7 @@ fn dead_letters_are_listed_with_reason_count_and_entry() {
 
 #[test]
 fn dead_letter_ignores_ids_that_are_not_pending() {
-    let (mut e, all) = setup(2);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(2);
     assert_eq!(e.dead_letter(S, G, &[all[1]], "r", T0).unwrap(), 0);
     assert_eq!(e.dead_letter(S, G, &[all[0]], "r", T0).unwrap(), 1);
     assert_eq!(e.dead_letter(S, G, &[all[0]], "again", T0).unwrap(), 0);
@@ -138,8 +131,7 @@ fn dead_letter_ignores_ids_that_are_not_pending() {
 
 #[test]
 fn a_dead_letter_is_not_handed_out() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     e.dead_letter(S, G, &all, "r", T0).unwrap();
     assert!(read(&mut e, claiming_req("b", 0, 10), T0 + 60_000).is_empty());
     assert!(read(&mut e, own_req("a", EntryId::ZERO, 10), T0 + 60_000).is_empty());
@@ -147,8 +139,7 @@ fn a_dead_letter_is_not_handed_out() {
 
 #[test]
 fn an_owed_entry_can_be_dead_lettered() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     e.retry_after(S, G, &all, 100, T0).unwrap();
     assert_eq!(e.dead_letter(S, G, &all, "gave up", T0).unwrap(), 1);
     assert_eq!(e.next_due(&new_req("a", 1), T0), None);
@@ -185,8 +176,7 @@ fn redrive_makes_a_dead_letter_owed_at_once_with_its_count_reset() {
 
 #[test]
 fn a_redriven_entry_gets_a_fresh_max_deliveries_budget() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     let batch = read(&mut e, reclaim_req("a", 0, 1).max_deliveries(1), T0);
     assert_eq!(batch.dead_lettered, all);
     e.redrive(S, G, &all, T0 + 1).unwrap();
@@ -197,8 +187,7 @@ fn a_redriven_entry_gets_a_fresh_max_deliveries_budget() {
 
 #[test]
 fn redrive_and_discard_ignore_unknown_ids() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     assert_eq!(e.redrive(S, G, &all, T0).unwrap(), 0);
     assert_eq!(e.discard(S, G, &all).unwrap(), 0);
     assert_eq!(pending_entry(&e, all[0], T0).consumer.as_deref(), Some("a"));
@@ -206,8 +195,7 @@ fn redrive_and_discard_ignore_unknown_ids() {
 
 #[test]
 fn discard_drops_a_dead_letter() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     e.dead_letter(S, G, &all, "r", T0).unwrap();
     assert_eq!(e.discard(S, G, &all).unwrap(), 1);
     assert_eq!(e.discard(S, G, &all).unwrap(), 0);
@@ -222,14 +210,8 @@ fn discard_drops_a_dead_letter() {
 
 #[test]
 fn dead_letters_are_per_group() {
-    let mut e = Engine::new();
-    e.ensure_group(S, "g1", StreamStart::Beginning, T0);
-    e.ensure_group(S, "g2", StreamStart::Beginning, T0);
-    let all = publish_n(&mut e, "m", 1, T0);
-    for g in ["g1", "g2"] {
-        e.read(&ReadRequest::new(S, g, "c", ReadMode::New, 1), T0)
-            .unwrap();
-    }
+    let (mut e, all) = setup_two_groups(StreamStart::Beginning, 1);
+    read_one_in_both_groups(&mut e);
     e.dead_letter(S, "g1", &all, "r", T0).unwrap();
     assert_eq!(e.group_info(S, "g1").unwrap().dead_letters, 1);
     assert_eq!(e.group_info(S, "g2").unwrap().dead_letters, 0);

@@ -236,10 +236,7 @@ fn missing_entries_are_reported_and_dropped() {
 /// still find the newer, idle entries for a claiming read.
 #[test]
 fn a_snapshot_rebuild_claims_idle_entries_in_time_order() {
-    let mut e = Engine::new();
-    e.record_changes(true);
-    e.ensure_group(S, G, StreamStart::Beginning, T0);
-    let all = publish_n(&mut e, "m", 3, T0);
+    let (mut e, all) = setup_recorded(3);
     read(&mut e, new_req("a", 1), T0);
     read(&mut e, new_req("a", 1), T0 + 10);
     read(&mut e, new_req("a", 1), T0 + 20);

@@ -49,6 +49,48 @@ fn setup(n: usize) -> (Engine, Vec<EntryId>) {
     (e, ids)
 }
 
+/// As `setup`, with the first entry read by consumer "a" at `T0`.
+fn held(n: usize) -> (Engine, Vec<EntryId>) {
+    let (mut e, ids) = setup(n);
+    read(&mut e, new_req("a", 1), T0);
+    (e, ids)
+}
+
+/// As `held`, with the held entry owed back to the group at `T0`.
+fn owed(n: usize) -> (Engine, Vec<EntryId>) {
+    let (mut e, ids) = held(n);
+    e.retry_after(S, G, &[ids[0]], 0, T0).unwrap();
+    (e, ids)
+}
+
+/// As `setup`, on an engine that records its changes from the start.
+fn setup_recorded(n: usize) -> (Engine, Vec<EntryId>) {
+    let mut e = Engine::new();
+    e.record_changes(true);
+    e.ensure_group(S, G, StreamStart::Beginning, T0);
+    let ids = publish_n(&mut e, "m", n, T0);
+    (e, ids)
+}
+
+/// An engine with groups "g1" and "g2" on `S` starting at `start`, and
+/// `n` entries `m0..` published at `T0`.
+fn setup_two_groups(start: StreamStart, n: usize) -> (Engine, Vec<EntryId>) {
+    let mut e = Engine::new();
+    e.ensure_group(S, "g1", start, T0);
+    e.ensure_group(S, "g2", start, T0);
+    let ids = publish_n(&mut e, "m", n, T0);
+    (e, ids)
+}
+
+/// Hands the first entry not yet delivered to consumer "c" of each of
+/// "g1" and "g2" at `T0`.
+fn read_one_in_both_groups(e: &mut Engine) {
+    for g in ["g1", "g2"] {
+        e.read(&ReadRequest::new(S, g, "c", ReadMode::New, 1), T0)
+            .unwrap();
+    }
+}
+
 fn new_req(consumer: &'static str, count: usize) -> ReadRequest<'static> {
     ReadRequest::new(S, G, consumer, ReadMode::New, count)
 }
@@ -67,8 +109,24 @@ fn own_req(consumer: &'static str, after: EntryId, count: usize) -> ReadRequest<
     ReadRequest::new(S, G, consumer, ReadMode::OwnPending { after }, count)
 }
 
+/// A read as `consumer` of `count` entries in each mode (`min_idle_ms`
+/// for the claiming ones, own pending from the start).
+fn every_mode(consumer: &'static str, min_idle_ms: u64, count: usize) -> [ReadRequest<'static>; 4] {
+    [
+        new_req(consumer, count),
+        claiming_req(consumer, min_idle_ms, count),
+        reclaim_req(consumer, min_idle_ms, count),
+        own_req(consumer, EntryId::ZERO, count),
+    ]
+}
+
 fn read(e: &mut Engine, req: ReadRequest<'_>, now: u64) -> ReadBatch {
     e.read(&req, now).unwrap()
+}
+
+/// The ids `e.range(S, from, to, count)` returns.
+fn range_ids(e: &Engine, from: EntryId, to: EntryId, count: usize) -> Vec<EntryId> {
+    e.range(S, from, to, count).iter().map(|x| x.id).collect()
 }
 
 fn ids(batch: &ReadBatch) -> Vec<EntryId> {

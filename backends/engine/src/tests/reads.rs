@@ -35,10 +35,7 @@ fn each_new_entry_goes_to_exactly_one_consumer() {
 
 #[test]
 fn independent_groups_each_see_every_entry() {
-    let mut e = Engine::new();
-    e.ensure_group(S, "g1", StreamStart::New, T0);
-    e.ensure_group(S, "g2", StreamStart::New, T0);
-    let all = publish_n(&mut e, "m", 3, T0);
+    let (mut e, all) = setup_two_groups(StreamStart::New, 3);
     let r1 = ReadRequest::new(S, "g1", "c", ReadMode::New, 10);
     let r2 = ReadRequest::new(S, "g2", "c", ReadMode::New, 10);
     assert_eq!(ids(&e.read(&r1, T0).unwrap()), all);
@@ -60,12 +57,7 @@ fn new_reads_respect_count() {
 #[test]
 fn a_read_of_zero_entries_is_invalid_argument() {
     let (mut e, _) = setup(1);
-    for req in [
-        new_req("c", 0),
-        claiming_req("c", 0, 0),
-        reclaim_req("c", 0, 0),
-        own_req("c", EntryId::ZERO, 0),
-    ] {
+    for req in every_mode("c", 0, 0) {
         match e.read(&req, T0) {
             Err(BrokerError::InvalidArgument(text)) => {
                 assert!(text.contains("count"), "{text}");
@@ -139,8 +131,7 @@ fn pending_filters_by_consumer_and_pages_by_from_and_count() {
 
 #[test]
 fn a_held_entry_is_not_handed_out_again_while_its_claim_stands() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     let t = T0 + 999;
     assert!(read(&mut e, new_req("b", 10), t).is_empty());
     assert!(read(&mut e, claiming_req("b", 1_000, 10), t).is_empty());
@@ -155,8 +146,7 @@ fn a_held_entry_is_not_handed_out_again_while_its_claim_stands() {
 
 #[test]
 fn claiming_takes_an_entry_idle_for_exactly_min_idle() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     let batch = read(&mut e, claiming_req("b", 1_000, 10), T0 + 1_000);
     assert_eq!(ids(&batch), vec![all[0]]);
     assert_eq!(batch.deliveries[0].delivery_count, 1);
@@ -176,8 +166,7 @@ fn claiming_takes_an_entry_idle_for_exactly_min_idle() {
 
 #[test]
 fn reclaim_takes_an_entry_idle_for_exactly_min_idle() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     assert!(read(&mut e, reclaim_req("b", 500, 10), T0 + 499).is_empty());
     let batch = read(&mut e, reclaim_req("b", 500, 10), T0 + 500);
     assert_eq!(ids(&batch), vec![all[0]]);
@@ -191,8 +180,7 @@ fn reclaim_takes_an_entry_idle_for_exactly_min_idle() {
 
 #[test]
 fn a_claim_restarts_the_idle_time() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     read(&mut e, reclaim_req("b", 100, 10), T0 + 100);
     assert!(read(&mut e, reclaim_req("c", 100, 10), T0 + 199).is_empty());
     let batch = read(&mut e, reclaim_req("c", 100, 10), T0 + 200);
@@ -250,9 +238,7 @@ fn owed_entries_go_before_idle_ones_and_before_new_ones() {
 
 #[test]
 fn owed_entries_go_before_new_ones_in_a_new_read() {
-    let (mut e, all) = setup(3);
-    read(&mut e, new_req("a", 1), T0);
-    e.retry_after(S, G, &[all[0]], 0, T0).unwrap();
+    let (mut e, all) = owed(3);
     let batch = read(&mut e, new_req("b", 2), T0 + 1);
     assert_eq!(ids(&batch), vec![all[0], all[1]]);
     assert_eq!(counts(&batch), vec![1, 0]);
@@ -272,9 +258,7 @@ fn owed_entries_go_out_in_the_order_they_became_due() {
 
 #[test]
 fn a_count_filled_by_owed_entries_leaves_the_cursor_alone() {
-    let (mut e, all) = setup(3);
-    read(&mut e, new_req("a", 1), T0);
-    e.retry_after(S, G, &[all[0]], 0, T0).unwrap();
+    let (mut e, all) = owed(3);
     let batch = read(&mut e, new_req("b", 1), T0);
     assert_eq!(ids(&batch), vec![all[0]]);
     assert_eq!(info(&e).last_delivered, all[0]);
@@ -296,8 +280,7 @@ fn reclaim_never_hands_out_new_entries() {
 
 #[test]
 fn claiming_hands_out_new_entries_after_idle_ones() {
-    let (mut e, all) = setup(3);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(3);
     let batch = read(&mut e, claiming_req("b", 100, 2), T0 + 100);
     assert_eq!(ids(&batch), vec![all[0], all[1]]);
     assert_eq!(counts(&batch), vec![1, 0]);
@@ -319,9 +302,7 @@ fn claiming_with_zero_min_idle_does_not_rehand_what_it_just_delivered() {
 
 #[test]
 fn claiming_with_zero_min_idle_does_not_rehand_an_owed_entry_in_the_same_read() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
-    e.retry_after(S, G, &[all[0]], 0, T0).unwrap();
+    let (mut e, all) = owed(1);
     let batch = read(&mut e, claiming_req("b", 0, 10), T0 + 1);
     assert_eq!(ids(&batch), vec![all[0]]);
     assert_eq!(pending_entry(&e, all[0], T0 + 1).times_delivered, 2);
@@ -329,8 +310,7 @@ fn claiming_with_zero_min_idle_does_not_rehand_an_owed_entry_in_the_same_read() 
 
 #[test]
 fn claiming_with_zero_min_idle_takes_held_entries_at_once() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     let batch = read(&mut e, claiming_req("b", 0, 10), T0);
     assert_eq!(ids(&batch), vec![all[0]]);
     assert_eq!(counts(&batch), vec![1]);
@@ -339,8 +319,7 @@ fn claiming_with_zero_min_idle_takes_held_entries_at_once() {
 
 #[test]
 fn a_consumer_may_claim_its_own_idle_entry() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     let batch = read(&mut e, reclaim_req("a", 100, 10), T0 + 100);
     assert_eq!(ids(&batch), vec![all[0]]);
     assert_eq!(counts(&batch), vec![1]);
@@ -383,8 +362,7 @@ fn own_pending_returns_only_the_consumers_own_held_entries() {
 
 #[test]
 fn own_pending_increments_delivery_counts() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     for expected in 1..=3 {
         let batch = read(
             &mut e,
@@ -415,9 +393,7 @@ fn own_pending_pages_with_after() {
 
 #[test]
 fn own_pending_does_not_hand_out_owed_entries_even_when_due() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
-    e.retry_after(S, G, &[all[0]], 0, T0).unwrap();
+    let (mut e, _) = owed(1);
     assert!(read(&mut e, own_req("a", EntryId::ZERO, 10), T0 + 1_000).is_empty());
 }
 
@@ -426,12 +402,7 @@ fn own_pending_does_not_hand_out_owed_entries_even_when_due() {
 #[test]
 fn next_due_is_none_when_nothing_is_scheduled() {
     let (mut e, _) = setup(0);
-    for req in [
-        new_req("a", 1),
-        claiming_req("a", 100, 1),
-        reclaim_req("a", 100, 1),
-        own_req("a", EntryId::ZERO, 1),
-    ] {
+    for req in every_mode("a", 100, 1) {
         assert_eq!(e.next_due(&req, T0), None, "{:?}", req.mode);
     }
     publish_one(&mut e, "x", T0);
@@ -502,8 +473,7 @@ fn next_due_is_none_for_a_new_read_with_only_held_entries() {
 
 #[test]
 fn next_due_is_always_after_now() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     e.retry_after(S, G, &all, 0, T0).unwrap();
     assert_eq!(e.next_due(&new_req("a", 1), T0 + 50), Some(T0 + 51));
 }

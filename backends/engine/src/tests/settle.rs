@@ -20,8 +20,7 @@ fn ack_is_idempotent_and_ignores_unknown_ids() {
 
 #[test]
 fn an_acked_entry_is_never_handed_out_again() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     e.ack(S, G, &all).unwrap();
     assert!(read(&mut e, claiming_req("b", 0, 10), T0 + 10_000).is_empty());
     assert!(read(&mut e, own_req("a", EntryId::ZERO, 10), T0 + 10_000).is_empty());
@@ -37,8 +36,7 @@ fn acking_an_undelivered_entry_changes_nothing() {
 
 #[test]
 fn acking_an_owed_entry_settles_it() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     e.retry_after(S, G, &all, 100, T0).unwrap();
     assert_eq!(e.ack(S, G, &all).unwrap(), 1);
     assert!(read(&mut e, new_req("a", 10), T0 + 1_000).is_empty());
@@ -49,8 +47,7 @@ fn acking_an_owed_entry_settles_it() {
 
 #[test]
 fn retry_after_makes_an_entry_owed_by_nobody() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     assert_eq!(e.retry_after(S, G, &all, 500, T0 + 100).unwrap(), 1);
     let p = pending_entry(&e, all[0], T0 + 300);
     assert_eq!(
@@ -71,8 +68,7 @@ fn retry_after_makes_an_entry_owed_by_nobody() {
 
 #[test]
 fn retry_after_is_not_handed_out_before_the_delay() {
-    let (mut e, all) = setup(2);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(2);
     e.retry_after(S, G, &[all[0]], 500, T0).unwrap();
     let t = T0 + 499;
     assert!(read(&mut e, reclaim_req("b", 0, 10), t).is_empty());
@@ -83,8 +79,7 @@ fn retry_after_is_not_handed_out_before_the_delay() {
 
 #[test]
 fn retry_after_is_handed_out_at_the_delay_by_a_new_read() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     e.retry_after(S, G, &all, 500, T0).unwrap();
     assert!(read(&mut e, new_req("b", 10), T0 + 499).is_empty());
     let batch = read(&mut e, new_req("b", 10), T0 + 500);
@@ -111,8 +106,7 @@ fn retry_after_is_handed_out_after_the_delay_by_claiming_and_reclaim() {
 
 #[test]
 fn retry_after_zero_is_owed_at_once() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     e.retry_after(S, G, &all, 0, T0).unwrap();
     assert_eq!(pending_entry(&e, all[0], T0).owed_in_ms, Some(0));
     let batch = read(&mut e, reclaim_req("a", 60_000, 10), T0);
@@ -123,8 +117,7 @@ fn retry_after_zero_is_owed_at_once() {
 
 #[test]
 fn retry_after_ignores_ids_that_are_not_pending() {
-    let (mut e, all) = setup(2);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(2);
     assert_eq!(
         e.retry_after(S, G, &[all[1], EntryId::new(1, 1)], 0, T0)
             .unwrap(),
@@ -137,8 +130,7 @@ fn retry_after_ignores_ids_that_are_not_pending() {
 
 #[test]
 fn retrying_an_owed_entry_again_re_times_it() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     e.retry_after(S, G, &all, 100, T0).unwrap();
     assert_eq!(e.retry_after(S, G, &all, 1_000, T0 + 50).unwrap(), 1);
     assert!(read(&mut e, new_req("a", 1), T0 + 100).is_empty());
@@ -147,8 +139,7 @@ fn retrying_an_owed_entry_again_re_times_it() {
 
 #[test]
 fn retried_entries_keep_their_delivery_count_across_attempts() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     for attempt in 1..=4u32 {
         let now = T0 + u64::from(attempt) * 10;
         e.retry_after(S, G, &all, 0, now).unwrap();
@@ -162,8 +153,7 @@ fn retried_entries_keep_their_delivery_count_across_attempts() {
 
 #[test]
 fn retry_copy_appends_a_copy_and_settles_the_original() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     let out = e.retry_copy(S, G, &all, T0 + 10).unwrap();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].original, all[0]);
@@ -187,8 +177,7 @@ fn retry_copy_appends_a_copy_and_settles_the_original() {
 
 #[test]
 fn a_retry_copy_is_delivered_behind_entries_published_meanwhile() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     let meanwhile = publish_n(&mut e, "later", 2, T0 + 5);
     let copy = e.retry_copy(S, G, &all, T0 + 10).unwrap()[0].copy.unwrap();
     assert_eq!(info(&e).lag, 3);
@@ -203,8 +192,7 @@ fn a_retry_copy_is_delivered_behind_entries_published_meanwhile() {
 
 #[test]
 fn a_retry_copy_carries_the_originals_delivery_count() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     read(&mut e, reclaim_req("b", 0, 1), T0 + 1);
     read(&mut e, reclaim_req("c", 0, 1), T0 + 2);
     assert_eq!(pending_entry(&e, all[0], T0 + 2).times_delivered, 3);
@@ -271,8 +259,7 @@ fn a_copy_for_another_group_does_not_use_up_the_count() {
 
 #[test]
 fn retry_copy_ignores_ids_that_are_not_pending() {
-    let (mut e, all) = setup(2);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(2);
     let out = e
         .retry_copy(S, G, &[all[1], EntryId::new(3, 3)], T0)
         .unwrap();
@@ -282,8 +269,7 @@ fn retry_copy_ignores_ids_that_are_not_pending() {
 
 #[test]
 fn retry_copy_of_an_owed_entry_works() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     e.retry_after(S, G, &all, 1_000, T0).unwrap();
     let copy = e.retry_copy(S, G, &all, T0 + 1).unwrap()[0].copy.unwrap();
     assert!(pending_ids(&e, T0 + 1).is_empty());
@@ -320,8 +306,7 @@ fn extending_a_claim_resets_its_idle_time_and_keeps_its_count() {
 
 #[test]
 fn extending_a_claim_passes_over_what_the_consumer_does_not_hold() {
-    let (mut e, all) = setup(4);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(4);
     read(&mut e, new_req("b", 1), T0);
     read(&mut e, new_req("b", 1), T0);
     e.retry_after(S, G, &[all[2]], 0, T0).unwrap();
@@ -344,8 +329,7 @@ fn extending_a_claim_passes_over_what_the_consumer_does_not_hold() {
 
 #[test]
 fn an_id_named_twice_is_refreshed_once() {
-    let (mut e, all) = setup(1);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(1);
     let twice = [all[0], all[0]];
     assert_eq!(e.extend_claim(S, G, "a", &twice, T0 + 50).unwrap(), 1);
     assert_eq!(e.extend_claim(S, G, "a", &twice, T0 + 50).unwrap(), 1);
@@ -354,10 +338,7 @@ fn an_id_named_twice_is_refreshed_once() {
 
 #[test]
 fn a_refreshed_claim_survives_a_rebuild_from_the_journal() {
-    let mut e = Engine::new();
-    e.record_changes(true);
-    e.ensure_group(S, G, StreamStart::Beginning, T0);
-    let all = publish_n(&mut e, "m", 1, T0);
+    let (mut e, all) = setup_recorded(1);
     read(&mut e, new_req("a", 1), T0);
     e.extend_claim(S, G, "a", &all, T0 + 200).unwrap();
     let mut rebuilt = Engine::new();

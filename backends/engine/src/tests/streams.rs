@@ -18,8 +18,7 @@ fn publish_returns_strictly_increasing_ids_in_order() {
     );
     let later = publish_one(&mut e, "later", 5_001);
     assert_eq!(later, EntryId::new(5_001, 0));
-    let range = e.range(S, EntryId::ZERO, EntryId::MAX, 10);
-    let range_ids: Vec<EntryId> = range.iter().map(|en| en.id).collect();
+    let range_ids = range_ids(&e, EntryId::ZERO, EntryId::MAX, 10);
     assert_eq!(range_ids, [ids, vec![later]].concat());
 }
 
@@ -54,17 +53,9 @@ fn publish_shared_appends_like_publish() {
 #[test]
 fn range_bounds_are_inclusive() {
     let (e, ids) = setup(5);
-    let got: Vec<EntryId> = e
-        .range(S, ids[1], ids[3], 10)
-        .iter()
-        .map(|x| x.id)
-        .collect();
+    let got = range_ids(&e, ids[1], ids[3], 10);
     assert_eq!(got, ids[1..=3].to_vec());
-    let single: Vec<EntryId> = e
-        .range(S, ids[2], ids[2], 10)
-        .iter()
-        .map(|x| x.id)
-        .collect();
+    let single = range_ids(&e, ids[2], ids[2], 10);
     assert_eq!(single, vec![ids[2]]);
 }
 
@@ -74,11 +65,7 @@ fn range_bounds_need_not_be_entry_ids() {
     let a = publish_one(&mut e, "a", 100);
     let b = publish_one(&mut e, "b", 200);
     let c = publish_one(&mut e, "c", 300);
-    let got: Vec<EntryId> = e
-        .range(S, EntryId::new(150, 0), EntryId::new(300, 0), 10)
-        .iter()
-        .map(|x| x.id)
-        .collect();
+    let got = range_ids(&e, EntryId::new(150, 0), EntryId::new(300, 0), 10);
     assert_eq!(got, vec![b, c]);
     assert_eq!(e.range(S, EntryId::ZERO, EntryId::new(100, 0), 10)[0].id, a);
 }
@@ -86,11 +73,7 @@ fn range_bounds_need_not_be_entry_ids() {
 #[test]
 fn range_respects_count() {
     let (e, ids) = setup(5);
-    let got: Vec<EntryId> = e
-        .range(S, EntryId::ZERO, EntryId::MAX, 2)
-        .iter()
-        .map(|x| x.id)
-        .collect();
+    let got = range_ids(&e, EntryId::ZERO, EntryId::MAX, 2);
     assert_eq!(got, ids[..2].to_vec());
     assert!(e.range(S, EntryId::ZERO, EntryId::MAX, 0).is_empty());
 }
@@ -174,11 +157,7 @@ fn trim_max_len_removes_the_oldest_entries() {
     assert_eq!(si.length, 2);
     assert_eq!(si.first_id, Some(all[3]));
     assert_eq!(si.last_id, all[4]);
-    let left: Vec<EntryId> = e
-        .range(S, EntryId::ZERO, EntryId::MAX, 10)
-        .iter()
-        .map(|x| x.id)
-        .collect();
+    let left = range_ids(&e, EntryId::ZERO, EntryId::MAX, 10);
     assert_eq!(left, all[3..].to_vec());
     assert_eq!(e.trim(S, Trim::MaxLen(2)).unwrap(), 0);
     assert_eq!(info(&e).lag, 2);
@@ -224,11 +203,7 @@ fn pending_entries_survive_trimming_until_acked() {
     let si = e.stream_info(S).unwrap();
     assert_eq!(si.length, 2);
     assert_eq!(si.first_id, Some(all[0]));
-    let left: Vec<EntryId> = e
-        .range(S, EntryId::ZERO, EntryId::MAX, 10)
-        .iter()
-        .map(|x| x.id)
-        .collect();
+    let left = range_ids(&e, EntryId::ZERO, EntryId::MAX, 10);
     assert_eq!(left, vec![all[0], all[3]]);
     assert_eq!(e.range(S, all[0], all[0], 1)[0].payload(), b"m0");
 
@@ -270,8 +245,7 @@ fn a_retained_pending_entry_can_be_retried_after_a_delay_or_as_a_copy() {
 
 #[test]
 fn owed_entries_survive_trimming() {
-    let (mut e, all) = setup(2);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(2);
     e.retry_after(S, G, &[all[0]], 500, T0).unwrap();
     assert_eq!(e.trim(S, Trim::MinId(EntryId::MAX)).unwrap(), 1);
     let batch = read(&mut e, new_req("a", 10), T0 + 500);
@@ -281,8 +255,7 @@ fn owed_entries_survive_trimming() {
 
 #[test]
 fn dead_letters_survive_trimming_until_discarded() {
-    let (mut e, all) = setup(3);
-    read(&mut e, new_req("a", 1), T0);
+    let (mut e, all) = held(3);
     e.dead_letter(S, G, &[all[0]], "poison", T0).unwrap();
     assert_eq!(e.trim(S, Trim::MaxLen(0)).unwrap(), 2);
     assert_eq!(e.stream_info(S).unwrap().length, 1);
@@ -308,14 +281,8 @@ fn dead_letters_survive_trimming_until_discarded() {
 
 #[test]
 fn an_entry_pinned_by_two_groups_stays_until_both_settle() {
-    let mut e = Engine::new();
-    e.ensure_group(S, "g1", StreamStart::Beginning, T0);
-    e.ensure_group(S, "g2", StreamStart::Beginning, T0);
-    let all = publish_n(&mut e, "m", 2, T0);
-    for g in ["g1", "g2"] {
-        e.read(&ReadRequest::new(S, g, "c", ReadMode::New, 1), T0)
-            .unwrap();
-    }
+    let (mut e, all) = setup_two_groups(StreamStart::Beginning, 2);
+    read_one_in_both_groups(&mut e);
     e.dead_letter(S, "g2", &[all[0]], "r", T0).unwrap();
     assert_eq!(e.trim(S, Trim::MaxLen(0)).unwrap(), 1);
     e.ack(S, "g1", &[all[0]]).unwrap();
@@ -328,21 +295,12 @@ fn an_entry_pinned_by_two_groups_stays_until_both_settle() {
 
 #[test]
 fn trim_keeps_the_newest_entries_besides_pinned_ones() {
-    let (mut e, all) = setup(5);
-    read(&mut e, new_req("a", 1), T0); // all[0] pinned
+    let (mut e, all) = held(5); // all[0] pinned
     assert_eq!(e.trim(S, Trim::MaxLen(2)).unwrap(), 2); // all[1], all[2]
-    let left: Vec<EntryId> = e
-        .range(S, EntryId::ZERO, EntryId::MAX, 10)
-        .iter()
-        .map(|x| x.id)
-        .collect();
+    let left = range_ids(&e, EntryId::ZERO, EntryId::MAX, 10);
     assert_eq!(left, vec![all[0], all[3], all[4]]);
     // Range reads with bounds around retained and live entries.
-    let mid: Vec<EntryId> = e
-        .range(S, all[0], all[3], 10)
-        .iter()
-        .map(|x| x.id)
-        .collect();
+    let mid = range_ids(&e, all[0], all[3], 10);
     assert_eq!(mid, vec![all[0], all[3]]);
     assert_eq!(e.range(S, all[0], all[4], 1).len(), 1);
     assert_eq!(info(&e).lag, 2);

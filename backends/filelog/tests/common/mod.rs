@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ruststream_core::{Broker, StreamStart};
+use ruststream_core::{Broker, EntryId, Retry, StreamStart};
 use ruststream_filelog::FileLogBroker;
 
 /// A fresh directory under the system's temp dir, removed on drop.
@@ -46,11 +46,24 @@ pub(crate) fn journal_len(dir: &Path) -> u64 {
     fs::metadata(journal(dir)).expect("journal metadata").len()
 }
 
+/// Creates group `g1` on `stream`, starting at `start`.
+pub(crate) async fn ensure_g1(b: &FileLogBroker, stream: &str, start: StreamStart) {
+    b.ensure_group(stream, "g1", start).await.unwrap();
+}
+
+/// Retries `ids` of group `g1` on `jobs` as `how` says.
+pub(crate) async fn retry_jobs(b: &FileLogBroker, ids: &[EntryId], how: Retry) {
+    b.retry("jobs", "g1", ids, how).await.unwrap();
+}
+
+/// Dead-letters `ids` of group `g1` on `jobs` with `reason`.
+pub(crate) async fn dead_letter_jobs(b: &FileLogBroker, ids: &[EntryId], reason: &str) {
+    b.dead_letter("jobs", "g1", ids, reason).await.unwrap();
+}
+
 /// `b`, once it has group `g1` on `jobs`, reading from the beginning.
 pub(crate) async fn with_jobs_group(b: FileLogBroker) -> FileLogBroker {
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    ensure_g1(&b, "jobs", StreamStart::Beginning).await;
     b
 }
 
