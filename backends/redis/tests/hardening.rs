@@ -849,3 +849,24 @@ async fn a_settle_call_that_fails_changes_nothing() {
     assert_eq!(broker.redrive(&s, G, &ids).await.unwrap(), 2);
     assert_eq!(new_read(&broker, &s, "c", 10).await, ids);
 }
+
+/// A page of a consumer's own pending list made only of entries trimmed
+/// away comes back as the next live entries, not as an empty page (which a
+/// restarted consumer takes for the end of its list, stranding the rest).
+#[tokio::test]
+async fn an_own_pending_page_of_trimmed_entries_does_not_end_the_list() {
+    let (broker, s) = broker_and_stream("own-trimmed").await;
+    let gone = publish_payloads(&broker, &s, &[b"a", b"b", b"c"]).await;
+    assert_eq!(new_read(&broker, &s, "c1", 3).await, gone);
+    let kept = publish_payloads(&broker, &s, &[b"d"]).await;
+    assert_eq!(new_read(&broker, &s, "c1", 1).await, kept);
+    broker.trim(&s, Trim::MinId(kept[0])).await.unwrap();
+    let own = ReadMode::OwnPending {
+        after: EntryId::ZERO,
+    };
+    let page = broker
+        .read(ReadRequest::new(&s, G, "c1", own, 2))
+        .await
+        .unwrap();
+    assert_eq!(delivered(&page), kept, "paged on past the trimmed entries");
+}

@@ -43,7 +43,10 @@ impl Cursors {
     }
 }
 
-pub(super) async fn read(broker: &RedisBroker, req: ReadRequest<'_>) -> BrokerResult<ReadBatch> {
+pub(super) async fn read(
+    broker: &RedisBroker,
+    mut req: ReadRequest<'_>,
+) -> BrokerResult<ReadBatch> {
     req.validate()?;
     capability::check_claiming_once(broker, req.mode).await?;
     let deadline = req
@@ -52,6 +55,19 @@ pub(super) async fn read(broker: &RedisBroker, req: ReadRequest<'_>) -> BrokerRe
         .map(|block| tokio::time::Instant::now() + block);
     loop {
         let read = read_once(broker, &req).await?;
+        // A page of the own pending list may hold only entries the script
+        // passes over (trimmed away, or retry copies of other groups): it
+        // comes back empty, which a caller takes for the list's end. Page
+        // on past them instead, so nothing behind them is left stranded.
+        if let ReadMode::OwnPending { after } = req.mode
+            && read.deliveries.is_empty()
+            && read.dead_lettered.is_empty()
+            && let Some(&last) = read.dropped.iter().max()
+            && last > after
+        {
+            req.mode = ReadMode::OwnPending { after: last };
+            continue;
+        }
         let batch = ReadBatch {
             deliveries: read.deliveries,
             dead_lettered: read.dead_lettered,
