@@ -157,7 +157,9 @@ where
                 break;
             }
             let stop_now = !self.stopping && shutdown_asked(&mut self.peek);
-            self.reader.maybe_read(self.stopping || stop_now);
+            let lanes = &self.lanes;
+            self.reader
+                .maybe_read(self.stopping || stop_now, self.held, || lanes.holding());
             let wake = if stop_now {
                 Wake::Stop
             } else {
@@ -325,19 +327,11 @@ where
     async fn on_read(&mut self, result: BrokerResult<ReadBatch>) {
         match result {
             Ok(batch) => {
-                let holding = if self.reader.rechecking() {
-                    self.lanes.holding()
-                } else {
-                    Vec::new()
-                };
-                let deliveries = self.reader.took(batch, |id| holding.contains(&id));
+                let deliveries = self.reader.took(batch);
                 self.held += deliveries.len();
                 self.lanes.queue_all(deliveries);
             }
-            Err(error) => {
-                let in_lanes = self.held as u64;
-                self.reader.failed(error, in_lanes).await;
-            }
+            Err(error) => self.reader.failed(error).await,
         }
     }
 

@@ -89,12 +89,10 @@ pub(super) struct Reader<'a> {
     /// its own pending list before its first ordinary read. `Some` holds
     /// the id to page on from.
     recovering: Option<EntryId>,
-    /// After a failed read on a `new` subscription: the settled count to
-    /// wait for before re-reading the own pending list (see `failed`).
-    recheck_at: Option<u64>,
-    /// Whether the own-pending pages being read are such a re-check: their
-    /// entries the lanes still hold are passed over.
-    rechecking: bool,
+    /// Set after a failed read on a `new` subscription: the own pending
+    /// list is to be checked for entries a lost reply handed out (see
+    /// `failed`).
+    recheck: bool,
     /// Whether a lost group was recreated since the last successful read.
     recreated_since_read: bool,
 }
@@ -115,8 +113,7 @@ impl<'a> Reader<'a> {
             backing_off: None,
             room: None,
             recovering: Some(EntryId::ZERO),
-            recheck_at: None,
-            rechecking: false,
+            recheck: false,
             recreated_since_read: false,
         }
     }
@@ -124,7 +121,15 @@ impl<'a> Reader<'a> {
     /// Starts a read if one may go out now: none in flight, no backoff
     /// running, and room under the read-ahead bound (else it waits for the
     /// settler's signal). `stopping` forbids reading.
-    pub(super) fn maybe_read(&mut self, stopping: bool) {
+    ///
+    /// `in_lanes` is how many entries the lanes hold, and `holding` lists
+    /// them (asked for only by a re-check).
+    pub(super) fn maybe_read(
+        &mut self,
+        stopping: bool,
+        in_lanes: usize,
+        holding: impl FnOnce() -> Vec<EntryId>,
+    ) {
         let may_read = self.read.is_none() && !stopping && self.backing_off.is_none();
         if !may_read {
             return;
@@ -133,14 +138,20 @@ impl<'a> Reader<'a> {
         // Decisions of this wake were pushed to the outbox before this is
         // called, so they count already.
         let unsettled = usize::try_from(env.metrics.in_flight()).unwrap_or(usize::MAX);
-        if let Some(target) = self.recheck_at
-            && env.metrics.settled() >= target
-        {
-            self.recheck_at = None;
-            self.recovering = Some(EntryId::ZERO);
-            self.rechecking = true;
+        if self.recheck {
+            // Only once every decision made has reached the broker (nothing
+            // in flight but what the lanes hold): any other entry pending
+            // under this consumer is then one nobody here will settle.
+            if unsettled == in_lanes {
+                self.recheck = false;
+                self.room = None;
+                self.read = Some(hand_back_strays_of_a_lost_read(env, holding()));
+            } else if self.room.is_none() {
+                self.room = Some(Box::pin(self.outbox.settled.notified()));
+            }
+            return;
         }
-        if unsettled > self.low_water || self.recheck_at.is_some() {
+        if unsettled > self.low_water {
             if self.room.is_none() {
                 self.room = Some(Box::pin(self.outbox.settled.notified()));
             }
@@ -188,20 +199,10 @@ impl<'a> Reader<'a> {
         Poll::Pending
     }
 
-    /// Whether the read in flight re-checks the own pending list after a
-    /// failed read (its entries the lanes hold are to be passed over).
-    pub(super) fn rechecking(&self) -> bool {
-        self.rechecking
-    }
-
     /// Takes in a batch read: pages on through recovery, notes the highest
     /// id read, counts it and reports what the read dead-lettered. Returns
-    /// the deliveries, less those `skip` says the lanes hold already.
-    pub(super) fn took(
-        &mut self,
-        mut batch: ReadBatch,
-        skip: impl Fn(EntryId) -> bool,
-    ) -> Vec<Delivery> {
+    /// the deliveries.
+    pub(super) fn took(&mut self, batch: ReadBatch) -> Vec<Delivery> {
         self.backoff.reset();
         self.recreated_since_read = false;
         let last = batch
@@ -215,17 +216,11 @@ impl<'a> Reader<'a> {
             // empty page ends recovery.
             match last {
                 Some(last) => *after = last,
-                None => {
-                    self.recovering = None;
-                    self.rechecking = false;
-                }
+                None => self.recovering = None,
             }
         }
         if let Some(last) = last {
             self.last_read.raise(last);
-        }
-        if self.rechecking {
-            batch.deliveries.retain(|d| !skip(d.id()));
         }
         let env = self.env;
         env.metrics.add_read(batch.deliveries.len() as u64);
@@ -246,21 +241,25 @@ impl<'a> Reader<'a> {
     /// Handles a failed read: logs it, recreates a group the broker lost,
     /// and backs off (or, right after recreating the group, reads again at
     /// once).
-    pub(super) async fn failed(&mut self, error: BrokerError, in_lanes: u64) {
+    pub(super) async fn failed(&mut self, error: BrokerError) {
         // The broker may have applied the read and lost its reply: the
         // entries it handed out sit pending under this consumer, and on a
         // `new` subscription nothing else would hand them out again while
         // it lives (claiming and reclaim reads take such entries back once
-        // idle). So the subscription re-reads its own pending list from the
-        // start, passing over what its lanes hold; first it waits until the
-        // decisions already made have reached the broker (they are read
-        // again otherwise), which is the settler's work of milliseconds,
-        // not the lanes' (a long handler holds nothing up). New reads pause
-        // meanwhile. A failed own-pending read loses nothing: what it would
-        // have handed out is still pending here.
-        if self.recovering.is_none() && !self.env.subscription.stream.retries_in_place() {
-            let metrics = &self.env.metrics;
-            self.recheck_at = Some(metrics.read_so_far().saturating_sub(in_lanes));
+        // idle). So once the decisions already made have reached the broker
+        // (the settler's work of milliseconds; a long handler holds nothing
+        // up), the subscription lists its own pending entries (a listing,
+        // which counts no delivery) and hands back those its lanes do not
+        // hold: owed at once, the next read takes them, counted as
+        // redeliveries. New reads pause meanwhile. A failed own-pending read
+        // (start-up recovery) loses nothing: what it would have handed out
+        // is still pending here, and a group the broker lost took its
+        // pending list with it.
+        if self.recovering.is_none()
+            && !self.env.subscription.stream.retries_in_place()
+            && !matches!(error, BrokerError::NoGroup { .. })
+        {
+            self.recheck = true;
         }
         let env = self.env;
         let delay = self.backoff.next_delay();
@@ -292,6 +291,58 @@ impl<'a> Reader<'a> {
         self.backing_off = None;
         self.room = None;
     }
+}
+
+/// Most entries a re-check lists (the own pending list of a `new`
+/// subscription is at most its read-ahead, plus what a lost read handed
+/// out).
+const RECHECK_LIST: usize = 10_000;
+
+/// The re-check after a failed read: lists the consumer's own pending
+/// entries and hands back (owed at once) those not in `holding`. Resolves
+/// to an empty batch, as a read that found nothing.
+fn hand_back_strays_of_a_lost_read(
+    env: &Env,
+    holding: Vec<EntryId>,
+) -> BrokerFuture<'_, ReadBatch> {
+    Box::pin(async move {
+        let (stream, group) = (env.stream(), env.group());
+        let pending = env
+            .broker
+            .pending(
+                stream,
+                group,
+                EntryId::ZERO,
+                RECHECK_LIST,
+                Some(&env.consumer),
+            )
+            .await?;
+        let holding: std::collections::HashSet<EntryId> = holding.into_iter().collect();
+        let strays: Vec<EntryId> = pending
+            .iter()
+            .filter(|p| p.consumer.is_some() && !holding.contains(&p.id))
+            .map(|p| p.id)
+            .collect();
+        if !strays.is_empty() {
+            let n = env
+                .broker
+                .retry(
+                    stream,
+                    group,
+                    &strays,
+                    ruststream_core::Retry::After(Duration::ZERO),
+                )
+                .await?;
+            tracing::warn!(
+                subscriber = env.name,
+                stream,
+                group,
+                entries = n,
+                "entries a read whose reply was lost had handed out: handed back"
+            );
+        }
+        Ok(ReadBatch::default())
+    })
 }
 
 /// Recreates a group the broker lost (a server restart without

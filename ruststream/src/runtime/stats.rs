@@ -79,11 +79,6 @@ impl Metrics {
         self.settled.fetch_add(n, Ordering::SeqCst);
     }
 
-    /// Entries whose decisions the broker has confirmed.
-    pub(super) fn settled(&self) -> u64 {
-        self.settled.load(Ordering::SeqCst)
-    }
-
     /// Entries read and not yet settled.
     pub(crate) fn in_flight(&self) -> u64 {
         // `settled` first: it only grows after `read` has, so a reader on
