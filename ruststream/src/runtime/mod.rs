@@ -154,29 +154,9 @@ async fn hand_back_strays(env: &Env) {
         return;
     }
     let (stream, group) = (env.stream(), env.group());
-    let look = async {
-        let pending = env
-            .broker
-            .pending(stream, group, EntryId::ZERO, 10_000, Some(&env.consumer))
-            .await?;
-        // Owed entries belong to nobody already.
-        let ids: Vec<EntryId> = pending
-            .iter()
-            .filter(|p| p.consumer.is_some())
-            .map(|p| p.id)
-            .collect();
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        env.broker
-            .retry(
-                stream,
-                group,
-                &ids,
-                ruststream_core::Retry::After(Duration::ZERO),
-            )
-            .await
-    };
+    // Every entry the task saw is settled or handed back by now: it holds
+    // nothing.
+    let look = read::hand_back_own_strays(env, &[]);
     match tokio::time::timeout(STRAYS_TIMEOUT, look).await {
         Ok(Ok(0)) => {}
         Ok(Ok(n)) => {

@@ -145,7 +145,7 @@ impl<'a> Reader<'a> {
             if unsettled == in_lanes {
                 self.recheck = false;
                 self.room = None;
-                self.read = Some(hand_back_strays_of_a_lost_read(env, holding()));
+                self.read = Some(recheck_after_a_lost_read(env, holding()));
             } else if self.room.is_none() {
                 self.room = Some(Box::pin(self.outbox.settled.notified()));
             }
@@ -293,50 +293,53 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Most entries a re-check lists (the own pending list of a `new`
-/// subscription is at most its read-ahead, plus what a lost read handed
-/// out).
-const RECHECK_LIST: usize = 10_000;
+/// Most entries a look at the own pending list takes in (the own pending
+/// list of a `new` subscription is at most its read-ahead, plus what a
+/// lost read handed out).
+const OWN_LIST: usize = 10_000;
 
-/// The re-check after a failed read: lists the consumer's own pending
-/// entries and hands back (owed at once) those not in `holding`. Resolves
-/// to an empty batch, as a read that found nothing.
-fn hand_back_strays_of_a_lost_read(
-    env: &Env,
-    holding: Vec<EntryId>,
-) -> BrokerFuture<'_, ReadBatch> {
+/// Lists the consumer's own pending entries (a listing, which counts no
+/// delivery) and hands back, owed at once, those held by it and not in
+/// `holding`: entries a read handed out that nothing here will settle.
+/// Returns how many were handed back. Used by the re-check after a failed
+/// read and by the last look at shutdown.
+pub(super) async fn hand_back_own_strays(env: &Env, holding: &[EntryId]) -> BrokerResult<u64> {
+    let (stream, group) = (env.stream(), env.group());
+    let pending = env
+        .broker
+        .pending(stream, group, EntryId::ZERO, OWN_LIST, Some(&env.consumer))
+        .await?;
+    let holding: std::collections::HashSet<&EntryId> = holding.iter().collect();
+    // Owed entries belong to nobody already.
+    let strays: Vec<EntryId> = pending
+        .iter()
+        .filter(|p| p.consumer.is_some() && !holding.contains(&p.id))
+        .map(|p| p.id)
+        .collect();
+    if strays.is_empty() {
+        return Ok(0);
+    }
+    env.broker
+        .retry(
+            stream,
+            group,
+            &strays,
+            ruststream_core::Retry::After(Duration::ZERO),
+        )
+        .await
+}
+
+/// The re-check after a failed read: hands back the strays a lost reply
+/// left (see [`hand_back_own_strays`]), then resolves to an empty batch, as
+/// a read that found nothing.
+fn recheck_after_a_lost_read(env: &Env, holding: Vec<EntryId>) -> BrokerFuture<'_, ReadBatch> {
     Box::pin(async move {
-        let (stream, group) = (env.stream(), env.group());
-        let pending = env
-            .broker
-            .pending(
-                stream,
-                group,
-                EntryId::ZERO,
-                RECHECK_LIST,
-                Some(&env.consumer),
-            )
-            .await?;
-        let holding: std::collections::HashSet<EntryId> = holding.into_iter().collect();
-        let strays: Vec<EntryId> = pending
-            .iter()
-            .filter(|p| p.consumer.is_some() && !holding.contains(&p.id))
-            .map(|p| p.id)
-            .collect();
-        if !strays.is_empty() {
-            let n = env
-                .broker
-                .retry(
-                    stream,
-                    group,
-                    &strays,
-                    ruststream_core::Retry::After(Duration::ZERO),
-                )
-                .await?;
+        let n = hand_back_own_strays(env, &holding).await?;
+        if n > 0 {
             tracing::warn!(
                 subscriber = env.name,
-                stream,
-                group,
+                stream = env.stream(),
+                group = env.group(),
                 entries = n,
                 "entries a read whose reply was lost had handed out: handed back"
             );
