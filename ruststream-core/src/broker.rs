@@ -39,15 +39,36 @@ pub enum ReadMode {
         /// How long an entry must have been idle to be taken over.
         min_idle: Duration,
     },
-    /// The reading consumer's own pending entries with ids after `after`,
-    /// oldest first (Redis `XREADGROUP ... <id>`): what a restarted consumer
-    /// with a stable name held before it stopped. Pass [`EntryId::ZERO`]
-    /// to start, then the last id received to page on. Each one's delivery
-    /// count goes up. Owed entries are not included: they belong to nobody.
+    /// The reading consumer's own pending entries with ids after `after`
+    /// that have been idle for at least `min_idle`, oldest first (Redis
+    /// `XREADGROUP ... <id>`, or `XPENDING ... IDLE` and `XCLAIM` with a
+    /// `min_idle`): what a restarted consumer with a stable name held
+    /// before it stopped. Pass [`EntryId::ZERO`] to start, then the last
+    /// id received to page on. Each one's delivery count goes up. Owed
+    /// entries are not included: they belong to nobody.
+    ///
+    /// `min_idle` passes over entries whose claim was refreshed (or which
+    /// were delivered) more recently: entries that another live process
+    /// sharing the consumer name still works on. [`Duration::ZERO`] takes
+    /// them all.
     OwnPending {
         /// Only entries with ids greater than this.
         after: EntryId,
+        /// Only entries idle for at least this long.
+        min_idle: Duration,
     },
+}
+
+impl ReadMode {
+    /// The own pending entries after `after`, however recently delivered
+    /// (`OwnPending` with no `min_idle`).
+    #[must_use]
+    pub const fn own_pending(after: EntryId) -> Self {
+        ReadMode::OwnPending {
+            after,
+            min_idle: Duration::ZERO,
+        }
+    }
 }
 
 /// A read from a consumer group.
@@ -300,6 +321,34 @@ pub trait Broker: Send + Sync + 'static {
         consumer: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64>;
+
+    /// Deletes `consumer` from the group if, at that moment, it holds no
+    /// pending entry and has been idle (no read or claim of its own) for at
+    /// least `min_idle` (Redis `XGROUP DELCONSUMER`, checked and done in one
+    /// script). Returns whether it was deleted; an unknown consumer is not.
+    /// Deleting a consumer loses nothing: it holds nothing, and a later
+    /// read under its name joins the group again. Used to prune the names
+    /// of replaced instances (`docs/guarantees.md`, "Shared consumer
+    /// names").
+    ///
+    /// The default answers [`crate::BrokerError::Unsupported`]: pruning is
+    /// optional, and a wrapper that does not pass this on only keeps names.
+    fn delete_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        min_idle: Duration,
+    ) -> BrokerFuture<'a, bool> {
+        let _ = (stream, group, consumer, min_idle);
+        let broker = self.name();
+        Box::pin(async move {
+            Err(crate::BrokerError::Unsupported {
+                broker,
+                detail: "deleting consumers is not supported".to_owned(),
+            })
+        })
+    }
 
     /// Makes dead letters owed again, with their delivery counts reset to
     /// zero. The group's cursor does not move. Returns how many were

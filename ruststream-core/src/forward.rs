@@ -28,8 +28,9 @@
 ///     }
 ///
 ///     forward_broker!(inner: name, check_mode, publish, publish_batch, ensure_group,
-///         set_group_position, ack, retry, dead_letter, extend_claim, redrive, discard,
-///         group_info, consumers, pending, dead_letters, range, stream_info, trim);
+///         set_group_position, ack, retry, dead_letter, extend_claim, delete_consumer,
+///         redrive, discard, group_info, consumers, pending, dead_letters, range,
+///         stream_info, trim);
 /// }
 /// ```
 #[macro_export]
@@ -139,6 +140,17 @@ macro_rules! forward_broker {
             ids: &'a [$crate::EntryId],
         ) -> $crate::BrokerFuture<'a, u64> {
             self.$f.extend_claim(stream, group, consumer, ids)
+        }
+    };
+    (@method $f:ident delete_consumer) => {
+        fn delete_consumer<'a>(
+            &'a self,
+            stream: &'a str,
+            group: &'a str,
+            consumer: &'a str,
+            min_idle: ::std::time::Duration,
+        ) -> $crate::BrokerFuture<'a, bool> {
+            self.$f.delete_consumer(stream, group, consumer, min_idle)
         }
     };
     (@method $f:ident redrive) => {

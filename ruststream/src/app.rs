@@ -117,6 +117,8 @@ pub struct RustStream {
     shutdown_deadline: Duration,
     observer: Option<Arc<dyn Observer>>,
     instance: Option<String>,
+    keep_alive: Duration,
+    prune_idle_consumers: Option<Duration>,
 }
 
 impl fmt::Debug for RustStream {
@@ -165,6 +167,10 @@ impl Include<'_> {
 /// The default time running handlers get to finish at shutdown.
 pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(30);
 
+/// How often, by default, a subscription refreshes the claims on the
+/// entries it holds ([`RustStream::keep_alive`]).
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(5);
+
 impl RustStream {
     /// An app with no brokers yet.
     pub fn new(info: AppInfo) -> Self {
@@ -174,6 +180,8 @@ impl RustStream {
             shutdown_deadline: DEFAULT_SHUTDOWN_DEADLINE,
             observer: None,
             instance: None,
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            prune_idle_consumers: None,
         }
     }
 
@@ -196,6 +204,49 @@ impl RustStream {
     /// ```
     pub fn instance(mut self, name: impl Into<String>) -> Self {
         self.instance = Some(name.into());
+        self
+    }
+
+    /// How often a subscription refreshes the claims on the entries it
+    /// holds (default [`DEFAULT_KEEP_ALIVE`]; a claiming or reclaim
+    /// subscription refreshes at least three times per `min_idle`).
+    ///
+    /// The same interval tells a restarted consumer which entries under its
+    /// name are still worked on: at start-up it re-reads only its own
+    /// pending entries left unrefreshed for three intervals, and leaves
+    /// fresher ones to the live process that seems to share its name. So a
+    /// shorter interval lets a process that crashed take back its entries
+    /// sooner after a restart, for one broker call per interval while
+    /// entries are held. See `docs/guarantees.md`, "Shared consumer names".
+    ///
+    /// ```
+    /// use ruststream::prelude::*;
+    ///
+    /// let app = RustStream::new(AppInfo::new("payments", "0.1.0"))
+    ///     .keep_alive(Duration::from_secs(1));
+    /// # let _ = app;
+    /// ```
+    pub fn keep_alive(mut self, every: Duration) -> Self {
+        self.keep_alive = every;
+        self
+    }
+
+    /// Opt-in: at start-up, each subscription deletes the other consumers
+    /// of its group that hold no entries and have been idle for at least
+    /// `idle` (Redis `XGROUP DELCONSUMER`), so the names of replaced
+    /// instances do not pile up in the group's consumer list. A consumer
+    /// holding entries is never deleted, and the check and the delete are
+    /// one atomic step at the broker.
+    ///
+    /// ```
+    /// use ruststream::prelude::*;
+    ///
+    /// let app = RustStream::new(AppInfo::new("payments", "0.1.0"))
+    ///     .prune_idle_consumers(Duration::from_secs(7 * 24 * 3600));
+    /// # let _ = app;
+    /// ```
+    pub fn prune_idle_consumers(mut self, idle: Duration) -> Self {
+        self.prune_idle_consumers = Some(idle);
         self
     }
 
@@ -313,6 +364,8 @@ impl RustStream {
                 metrics: Arc::clone(&metrics),
                 observer: self.observer.clone(),
                 resume_floor,
+                keep_alive: self.keep_alive,
+                prune_idle_consumers: self.prune_idle_consumers,
             };
             tracing::info!(
                 subscriber = plan.info.name,

@@ -52,8 +52,8 @@ mod stream;
 mod subscriber;
 
 pub use app::{
-    App, AppInfo, BrokerScope, DEFAULT_SHUTDOWN_DEADLINE, INSTANCE_VAR, Include, RustStream,
-    StartError, termination,
+    App, AppInfo, BrokerScope, DEFAULT_KEEP_ALIVE, DEFAULT_SHUTDOWN_DEADLINE, INSTANCE_VAR,
+    Include, RustStream, StartError, termination,
 };
 pub use context::{
     Context, DELIVERY_COUNT_HEADER, HeaderView, IDLE_MS_HEADER, PARTITION_KEY_HEADER,

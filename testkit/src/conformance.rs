@@ -179,6 +179,8 @@ macro_rules! __conformance_rules {
             owed_records_go_out_before_new_ones,
             reclaim_never_hands_out_new_entries,
             a_consumer_rereads_its_own_pending_after_a_restart,
+            an_own_pending_read_with_min_idle_passes_over_fresh_entries,
+            only_an_idle_consumer_holding_nothing_is_deleted,
             ack_is_idempotent,
             a_retry_with_delay_is_owed_after_the_delay_not_before,
             an_immediate_nack_is_owed_at_once,
@@ -799,7 +801,7 @@ pub async fn a_consumer_rereads_its_own_pending_after_a_restart(t: Target) {
     t.read_new(&s, "stable", 2).await;
     t.read_new(&s, "other", 1).await;
     t.read_new(&s, "stable", 1).await;
-    let own = |after| ReadMode::OwnPending { after };
+    let own = ReadMode::own_pending;
     let first = t.read(&s, G, "stable", own(EntryId::ZERO), 2).await;
     assert_eq!(texts(&first), ["a", "b"]);
     assert_eq!(counts(&first), [1, 1]);
@@ -808,6 +810,81 @@ pub async fn a_consumer_rereads_its_own_pending_after_a_restart(t: Target) {
         .await;
     assert_eq!(texts(&rest), ["d"]);
     assert_eq!(t.lag(&s).await, 0, "re-reading does not move the cursor");
+}
+
+/// An own-pending read with a `min_idle` takes only the entries idle that
+/// long: one whose claim was refreshed (a live process sharing the name
+/// still works on it) is passed over until `min_idle` after the refresh.
+pub async fn an_own_pending_read_with_min_idle_passes_over_fresh_entries(t: Target) {
+    let s = t.stream("own-pending-idle");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a", "b", "c"]).await;
+    let sent = ids(&t.read_new(&s, "shared", 3).await);
+    let stale = ReadMode::OwnPending {
+        after: EntryId::ZERO,
+        min_idle: MIN_IDLE,
+    };
+    assert!(
+        t.read(&s, G, "shared", stale, 10).await.is_empty(),
+        "all three were just delivered"
+    );
+    t.advance(MIN_IDLE / 2).await;
+    // The twin still works on "b" and refreshes its claim.
+    t.broker
+        .extend_claim(&s, G, "shared", &[sent[1]])
+        .await
+        .unwrap();
+    t.advance(MIN_IDLE / 2 + Duration::from_millis(50)).await;
+    let first = t.read(&s, G, "shared", stale, 1).await;
+    assert_eq!(texts(&first), ["a"]);
+    assert_eq!(counts(&first), [1], "delivered once before this read");
+    let next = ReadMode::OwnPending {
+        after: sent[0],
+        min_idle: MIN_IDLE,
+    };
+    assert_eq!(
+        texts(&t.read(&s, G, "shared", next, 10).await),
+        ["c"],
+        "b was refreshed: passed over, and the page goes on past it"
+    );
+    t.advance(MIN_IDLE).await;
+    assert_eq!(
+        texts(&t.read(&s, G, "shared", stale, 10).await),
+        ["a", "b", "c"],
+        "once idle again, all are taken (a and c were re-read above)"
+    );
+}
+
+/// Deleting a consumer takes only one that holds nothing and has been idle
+/// for `min_idle`; a deleted name that reads again joins anew, and an
+/// unknown one is not deleted.
+pub async fn only_an_idle_consumer_holding_nothing_is_deleted(t: Target) {
+    let s = t.stream("delete-consumer");
+    t.group_at(&s, G, StreamStart::New).await;
+    t.publish_all(&s, &["a", "b"]).await;
+    let done = ids(&t.read_new(&s, "done", 1).await);
+    t.broker.ack(&s, G, &done).await.unwrap();
+    t.read_new(&s, "holding", 1).await;
+    let names = async || -> Vec<String> {
+        let consumers = t.broker.consumers(&s, G).await.unwrap();
+        consumers.into_iter().map(|c| c.name).collect()
+    };
+    let delete = |consumer| t.broker.delete_consumer(&s, G, consumer, MIN_IDLE);
+    assert!(!delete("done").await.unwrap(), "not idle long enough yet");
+    t.advance(MIN_IDLE + Duration::from_millis(50)).await;
+    assert!(!delete("holding").await.unwrap(), "it holds an entry");
+    assert!(!delete("stranger").await.unwrap(), "unknown");
+    assert_eq!(names().await, ["done", "holding"]);
+    assert!(delete("done").await.unwrap());
+    assert_eq!(names().await, ["holding"]);
+    assert_eq!(
+        t.pending_count(&s).await,
+        1,
+        "the held entry is still pending"
+    );
+    t.publish_all(&s, &["c"]).await;
+    assert_eq!(texts(&t.read_new(&s, "done", 1).await), ["c"]);
+    assert_eq!(names().await, ["done", "holding"], "a read joins it again");
 }
 
 // ---- rule 6: ack ------------------------------------------------------------------
@@ -1332,9 +1409,7 @@ pub async fn check_mode_refuses_only_what_the_broker_cannot_serve(t: Target) {
     let modes = [
         ReadMode::New,
         ReadMode::Reclaim { min_idle: MIN_IDLE },
-        ReadMode::OwnPending {
-            after: EntryId::ZERO,
-        },
+        ReadMode::own_pending(EntryId::ZERO),
     ];
     for mode in modes {
         t.broker.check_mode(mode).await.unwrap();

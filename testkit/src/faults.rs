@@ -119,9 +119,12 @@ pub enum CallKind {
     /// [`Broker::extend_claim`]. Last, so that adding it kept every other
     /// kind's number, and so the faults a seed draws for them.
     ExtendClaim,
+    /// [`Broker::delete_consumer`]. After `ExtendClaim`, for the same
+    /// reason.
+    DeleteConsumer,
 }
 
-const KINDS: usize = 19;
+const KINDS: usize = 20;
 
 impl CallKind {
     /// Every kind.
@@ -145,6 +148,7 @@ impl CallKind {
         CallKind::StreamInfo,
         CallKind::Trim,
         CallKind::ExtendClaim,
+        CallKind::DeleteConsumer,
     ];
 
     /// The calls that settle entries a read handed out, and the one that
@@ -180,6 +184,7 @@ impl CallKind {
                 | CallKind::RetryAfter
                 | CallKind::DeadLetter
                 | CallKind::ExtendClaim
+                | CallKind::DeleteConsumer
                 | CallKind::Redrive
                 | CallKind::Discard
                 | CallKind::GroupInfo
@@ -211,6 +216,7 @@ impl CallKind {
             CallKind::StreamInfo => "stream_info",
             CallKind::Trim => "trim",
             CallKind::ExtendClaim => "extend_claim",
+            CallKind::DeleteConsumer => "delete_consumer",
         }
     }
 
@@ -1164,6 +1170,23 @@ impl Broker for FaultyBroker {
                 .await?;
             info.name = group.to_owned();
             Ok(info)
+        })
+    }
+
+    fn delete_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        min_idle: Duration,
+    ) -> BrokerFuture<'a, bool> {
+        Box::pin(async move {
+            self.plain(CallKind::DeleteConsumer, Some((stream, group)), async |g| {
+                self.inner
+                    .delete_consumer(stream, g, consumer, min_idle)
+                    .await
+            })
+            .await
         })
     }
 

@@ -35,6 +35,10 @@ pub(crate) struct Group {
 pub(crate) struct Consumer {
     pub(crate) name: String,
     pub(crate) seen_ms: u64,
+    /// Deleted: its number stays taken (held records name consumers by
+    /// number), but it is no longer listed, and its name, read under again,
+    /// joins as a new consumer.
+    pub(crate) gone: bool,
 }
 
 /// An entry of a group's pending list.
@@ -78,12 +82,30 @@ impl Group {
         self.consumers.push(Consumer {
             name: name.to_owned(),
             seen_ms: now_ms,
+            gone: false,
         });
         self.consumer_index.insert(name.to_owned(), ix);
         self.record(|| GroupChange::Consumer {
             name: name.to_owned(),
         });
         ix
+    }
+
+    /// Deletes consumer number `ix` (recorded). The caller has checked that
+    /// it holds nothing.
+    pub(crate) fn delete_consumer(&mut self, ix: u32) {
+        let Some(c) = self.consumers.get_mut(ix as usize) else {
+            return;
+        };
+        c.gone = true;
+        let name = std::mem::take(&mut c.name);
+        self.consumer_index.remove(&name);
+        self.record(|| GroupChange::ConsumerGone { consumer: ix });
+    }
+
+    /// The consumers not deleted.
+    pub(crate) fn live_consumers(&self) -> impl Iterator<Item = (u32, &Consumer)> {
+        (0u32..).zip(&self.consumers).filter(|(_, c)| !c.gone)
     }
 
     pub(crate) fn record(&mut self, change: impl FnOnce() -> GroupChange) {

@@ -21,7 +21,7 @@ impl Engine {
                 .count() as u64,
             pending: g.pending.len() as u64,
             dead_letters: g.dead.len() as u64,
-            consumers: g.consumers.len() as u64,
+            consumers: g.live_consumers().count() as u64,
         })
     }
 
@@ -40,12 +40,10 @@ impl Engine {
             }
         }
         let mut out: Vec<ConsumerInfo> = g
-            .consumers
-            .iter()
-            .zip(counts)
-            .map(|(c, pending)| ConsumerInfo {
+            .live_consumers()
+            .map(|(ix, c)| ConsumerInfo {
                 name: c.name.clone(),
-                pending,
+                pending: counts[ix as usize],
                 idle_ms: now_ms.saturating_sub(c.seen_ms),
             })
             .collect();

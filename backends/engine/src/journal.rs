@@ -91,6 +91,12 @@ pub enum GroupChange {
         /// Its name.
         name: String,
     },
+    /// Consumer number `consumer` was deleted (it held nothing); its name
+    /// may join again as a new consumer.
+    ConsumerGone {
+        /// The consumer's number.
+        consumer: u32,
+    },
     /// `id` is pending, held by consumer number `consumer` since `since_ms`.
     Held {
         /// The entry.
@@ -229,9 +235,15 @@ impl Engine {
                     group: group.clone(),
                     cursor: g.cursor,
                 });
+                // Deleted consumers keep their numbers: held records name
+                // consumers by number.
                 let consumers = g.consumers.iter().map(|c| GroupChange::Consumer {
                     name: c.name.clone(),
                 });
+                let gone = (0u32..)
+                    .zip(&g.consumers)
+                    .filter(|(_, c)| c.gone)
+                    .map(|(consumer, _)| GroupChange::ConsumerGone { consumer });
                 let pending = g
                     .pending
                     .iter()
@@ -242,7 +254,8 @@ impl Engine {
                     times_delivered: d.times_delivered,
                     dead_at_ms: d.dead_at_ms,
                 });
-                let all: Vec<GroupChange> = consumers.chain(pending).chain(dead).collect();
+                let all: Vec<GroupChange> =
+                    consumers.chain(gone).chain(pending).chain(dead).collect();
                 // In pieces, so that no one record grows without bound.
                 for piece in all.chunks(SNAPSHOT_PIECE) {
                     out.push(Change::Group {
@@ -387,8 +400,13 @@ impl Group {
             GroupChange::Consumer { name } => {
                 let ix = u32::try_from(self.consumers.len()).unwrap_or(u32::MAX);
                 self.consumer_index.insert(name.clone(), ix);
-                self.consumers.push(Consumer { name, seen_ms: 0 });
+                self.consumers.push(Consumer {
+                    name,
+                    seen_ms: 0,
+                    gone: false,
+                });
             }
+            GroupChange::ConsumerGone { consumer } => self.delete_consumer(consumer),
             GroupChange::Held {
                 id,
                 consumer,

@@ -97,12 +97,16 @@ impl Handout {
 
     /// An own-pending read: the consumer's own held entries after `after`,
     /// in id order.
-    fn own(&mut self, g: &mut Group, after: EntryId, count: usize) {
+    fn own(&mut self, g: &mut Group, after: EntryId, min_idle: Duration, count: usize) {
         let consumer = self.consumer;
+        // Delivered (or refreshed) at or before this time.
+        let Some(latest) = self.now_ms.checked_sub(ms(min_idle)) else {
+            return;
+        };
         let own: Vec<EntryId> = g
             .pending
             .range_from(Bound::Excluded(after))
-            .filter(|(_, p)| p.claim == Claim::Held { consumer })
+            .filter(|(_, p)| p.claim == Claim::Held { consumer } && p.since_ms <= latest)
             .map(|(id, _)| *id)
             .take(count)
             .collect();
@@ -221,8 +225,8 @@ impl Engine {
             handed: Vec::new(),
             dead_lettered: Vec::new(),
         };
-        if let ReadMode::OwnPending { after } = req.mode {
-            out.own(g, after, req.count);
+        if let ReadMode::OwnPending { after, min_idle } = req.mode {
+            out.own(g, after, min_idle, req.count);
         } else {
             // Owed entries first, then entries idle long enough.
             out.owed(g, req.count);

@@ -91,6 +91,34 @@ impl Engine {
         }))
     }
 
+    /// Deletes `consumer` from the group if it holds no pending entry and
+    /// has been idle (no read, no settle of its own, no claim refresh) for
+    /// at least `min_idle`. Returns whether it was deleted; an unknown
+    /// consumer is not.
+    pub fn delete_consumer(
+        &mut self,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+        min_idle: std::time::Duration,
+        now_ms: u64,
+    ) -> BrokerResult<bool> {
+        let g = self.stream_mut(stream, group)?.group_mut(stream, group)?;
+        let Some(&ix) = g.consumer_index.get(consumer) else {
+            return Ok(false);
+        };
+        let idle = now_ms.saturating_sub(g.consumers[ix as usize].seen_ms);
+        let holds = g
+            .pending
+            .values()
+            .any(|p| p.claim == Claim::Held { consumer: ix });
+        if holds || u128::from(idle) < min_idle.as_millis() {
+            return Ok(false);
+        }
+        g.delete_consumer(ix);
+        Ok(true)
+    }
+
     /// Refreshes `consumer`'s claim on the ids it holds: each one's last
     /// delivery time becomes `now_ms`, so it is not idle enough to be
     /// claimed until `min_idle` after now (`docs/semantics.md`, rules 3 and

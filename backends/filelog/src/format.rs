@@ -370,6 +370,7 @@ const G_SETTLED: u8 = 4;
 const G_DEAD: u8 = 5;
 const G_UNDEAD: u8 = 6;
 const G_CURSOR: u8 = 7;
+const G_CONSUMER_GONE: u8 = 8;
 
 /// Encodes changes (not appends: those go to segments) as one frame, so a
 /// call's changes are applied all or not at all.
@@ -453,6 +454,10 @@ fn put_group_change(out: &mut Vec<u8>, change: &GroupChange) -> Result<(), Strin
         GroupChange::Consumer { name } => {
             put_u8(out, G_CONSUMER);
             put_str(out, name, "a consumer name")?;
+        }
+        GroupChange::ConsumerGone { consumer } => {
+            put_u8(out, G_CONSUMER_GONE);
+            put_u32(out, *consumer);
         }
         GroupChange::Held {
             id,
@@ -568,6 +573,9 @@ fn read_group_change(r: &mut Reader<'_>) -> Result<GroupChange, String> {
         G_CONSUMER => GroupChange::Consumer {
             name: r.string("a consumer name")?,
         },
+        G_CONSUMER_GONE => GroupChange::ConsumerGone {
+            consumer: r.u32("a consumer number")?,
+        },
         G_HELD => GroupChange::Held {
             id: r.id("an entry id")?,
             consumer: r.u32("a consumer number")?,
@@ -674,6 +682,7 @@ mod tests {
                 cursor: EntryId::ZERO,
             },
             g(GroupChange::Consumer { name: "c".into() }),
+            g(GroupChange::ConsumerGone { consumer: 0 }),
             g(GroupChange::Held {
                 id,
                 consumer: 0,

@@ -71,6 +71,7 @@ pub use persistence::{Durability, Persistence};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use ruststream_core::{
     Broker, BrokerError, BrokerFuture, BrokerResult, Clock, ConsumerInfo, DeadLetter, Entry,
@@ -534,6 +535,32 @@ impl<P: Persistence> Broker for LocalBroker<P> {
             Effect::Quiet,
             |e, now| e.extend_claim(stream, group, consumer, ids, now),
         )
+    }
+
+    fn delete_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        min_idle: Duration,
+    ) -> BrokerFuture<'a, bool> {
+        let names = check_stream_group(stream, group)
+            .and_then(|()| check_name(NameKind::Consumer, consumer));
+        if let Err(error) = names {
+            return ready(Err(error));
+        }
+        let deleted = self.group_change(
+            "a delete_consumer",
+            stream,
+            &[],
+            0,
+            Effect::Quiet,
+            |e, now| {
+                e.delete_consumer(stream, group, consumer, min_idle, now)
+                    .map(u64::from)
+            },
+        );
+        Box::pin(async move { Ok(deleted.await? == 1) })
     }
 
     fn redrive<'a>(

@@ -16,6 +16,7 @@
 
 mod capability;
 mod connection;
+mod consumers;
 mod inspect;
 mod read;
 mod settle;
@@ -24,6 +25,7 @@ mod write;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use ruststream_core::{
     Broker, BrokerFuture, BrokerResult, ConsumerInfo, DeadLetter, Entry, EntryId, GroupInfo,
@@ -204,6 +206,18 @@ impl Broker for RedisBroker {
 
     fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo> {
         Box::pin(inspect::group_info(self, stream, group))
+    }
+
+    fn delete_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        min_idle: Duration,
+    ) -> BrokerFuture<'a, bool> {
+        Box::pin(consumers::delete_consumer(
+            self, stream, group, consumer, min_idle,
+        ))
     }
 
     fn consumers<'a>(

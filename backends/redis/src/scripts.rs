@@ -5,14 +5,15 @@
 //! ARGV in the order its script reads them (written at the top of each
 //! `lua/*.lua`), and parses the reply. Nothing else builds a script's
 //! arguments, so that order is kept in one place on each side. The wrappers
-//! sit beside the broker role that runs them: [`read`], [`settle`] and
-//! [`inspect`].
+//! sit beside the broker role that runs them: [`read`], [`settle`],
+//! [`inspect`] and [`consumers`].
 //!
 //! Each script is `lua/common.lua` followed by its own file. They run with
 //! `EVALSHA` (`redis::Script` falls back to `EVAL` after a `NOSCRIPT`, as
 //! after a server restart or `SCRIPT FLUSH`), except inside the `MULTI`
 //! that makes appends too big for a script, where they run with `EVAL`.
 
+mod consumers;
 mod inspect;
 mod read;
 mod settle;
@@ -53,6 +54,7 @@ pub(crate) struct Scripts {
     redrive: Lua,
     discard: Lua,
     extend_claim: Lua,
+    delete_consumer: Lua,
     dead_letters: Lua,
     pending: Lua,
 }
@@ -68,6 +70,7 @@ impl Scripts {
             redrive: script(include_str!("lua/redrive.lua")),
             discard: script(include_str!("lua/discard.lua")),
             extend_claim: script(include_str!("lua/extend_claim.lua")),
+            delete_consumer: script(include_str!("lua/delete_consumer.lua")),
             dead_letters: script(include_str!("lua/dead_letters.lua")),
             pending: script(include_str!("lua/pending.lua")),
         }

@@ -353,9 +353,7 @@ async fn a_big_claimed_entry_at_max_deliveries_is_dead_lettered_by_reclaim_and_o
         // own pending: a restarted consumer re-reads what it held.
         let (s, big, small) = big_then_small(&broker, &format!("big-own-{n}"), n).await;
         assert_eq!(new_read(&broker, &s, "c", 10).await, [big, small]);
-        let own = ReadMode::OwnPending {
-            after: EntryId::ZERO,
-        };
+        let own = ReadMode::own_pending(EntryId::ZERO);
         let read = bounded_read(&broker, &s, "c", own, 10, 2).await;
         assert_eq!(read.deliveries.len(), 2, "under the bound: re-read");
         let read = bounded_read(&broker, &s, "c", own, 10, 2).await;
@@ -861,9 +859,7 @@ async fn an_own_pending_page_of_trimmed_entries_does_not_end_the_list() {
     let kept = publish_payloads(&broker, &s, &[b"d"]).await;
     assert_eq!(new_read(&broker, &s, "c1", 1).await, kept);
     broker.trim(&s, Trim::MinId(kept[0])).await.unwrap();
-    let own = ReadMode::OwnPending {
-        after: EntryId::ZERO,
-    };
+    let own = ReadMode::own_pending(EntryId::ZERO);
     let page = broker
         .read(ReadRequest::new(&s, G, "c1", own, 2))
         .await

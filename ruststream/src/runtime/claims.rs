@@ -1,12 +1,15 @@
-//! Keeping claims fresh: a claiming or reclaim subscription refreshes the
-//! claim on every entry it holds (queued on a lane, running, or held after
-//! a retry) well before its `min_idle` can lapse, so no claiming reader
-//! (another consumer, or its own next read) takes an entry it still has,
-//! and a slow handler is never run twice. The broker resets the entries'
-//! idle time without counting a delivery (`Broker::extend_claim`).
+//! Keeping claims fresh: a subscription refreshes the claim on every entry
+//! it holds (queued on a lane, running, or held after a retry) every
+//! keep-alive interval ([`crate::RustStream::keep_alive`], and at least
+//! three times per `min_idle` on a claiming or reclaim subscription), so
+//! no claiming reader (another consumer, or its own next read) takes an
+//! entry it still has, a slow handler is never run twice, and a process
+//! restarting under the same consumer name can tell entries a live process
+//! works on from entries a crashed one left (see [`live_window`]). The
+//! broker resets the entries' idle time without counting a delivery
+//! (`Broker::extend_claim`).
 //!
-//! A `new` subscription knows no `min_idle`, so it refreshes nothing on its
-//! own; a handler can refresh its entry by hand with
+//! A handler can also refresh its entry by hand with
 //! `Context::extend_claim`. Entries whose decisions are on their way to the
 //! broker are not refreshed: a retry on a claiming subscription is left
 //! pending on purpose, for a claiming read to take once idle.
@@ -33,25 +36,41 @@ type Refresh<'a> = Pin<Box<dyn Future<Output = BrokerResult<u64>> + Send + 'a>>;
 /// The keep-alive of one subscription's claims.
 pub(super) struct KeepAlive<'a> {
     env: &'a Env,
-    /// How often, for a subscription with a `min_idle`.
-    every: Option<Duration>,
-    tick: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// How often.
+    every: Duration,
+    tick: Pin<Box<tokio::time::Sleep>>,
     /// The refresh in flight.
     call: Option<Refresh<'a>>,
 }
 
+/// How often the subscription refreshes its claims: its keep-alive
+/// interval, and at least [`REFRESHES_PER_MIN_IDLE`] times per `min_idle`.
+fn refresh_every(env: &Env) -> Duration {
+    let every = match env.subscription.stream.read_mode() {
+        ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } => {
+            env.keep_alive.min(min_idle / REFRESHES_PER_MIN_IDLE)
+        }
+        ReadMode::New | ReadMode::OwnPending { .. } => env.keep_alive,
+    };
+    every.max(SHORTEST)
+}
+
+/// How recently an entry's claim must have been refreshed (or the entry
+/// delivered) for it to count as worked on by a live process: three
+/// refresh intervals, so a process that missed one refresh (a slow broker
+/// call) still counts as live. An own pending entry idle longer than this
+/// was left by a process that is gone.
+pub(super) fn live_window(env: &Env) -> Duration {
+    refresh_every(env) * REFRESHES_PER_MIN_IDLE
+}
+
 impl<'a> KeepAlive<'a> {
     pub(super) fn new(env: &'a Env) -> Self {
-        let every = match env.subscription.stream.read_mode() {
-            ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } => {
-                Some((min_idle / REFRESHES_PER_MIN_IDLE).max(SHORTEST))
-            }
-            ReadMode::New | ReadMode::OwnPending { .. } => None,
-        };
+        let every = refresh_every(env);
         KeepAlive {
             env,
             every,
-            tick: every.map(|every| Box::pin(tokio::time::sleep(every))),
+            tick: Box::pin(tokio::time::sleep(every)),
             call: None,
         }
     }
@@ -74,21 +93,15 @@ impl<'a> KeepAlive<'a> {
                 );
             }
         }
-        match self.tick.as_mut() {
-            Some(tick) => tick.as_mut().poll(cx),
-            None => Poll::Pending,
-        }
+        self.tick.as_mut().poll(cx)
     }
 
     /// Refreshes the claims on `ids` (the entries the subscription holds)
     /// and sets the next tick.
     pub(super) fn refresh(&mut self, ids: Vec<EntryId>) {
-        let Some(every) = self.every else {
-            return;
-        };
-        if let Some(tick) = self.tick.as_mut() {
-            tick.as_mut().reset(tokio::time::Instant::now() + every);
-        }
+        self.tick
+            .as_mut()
+            .reset(tokio::time::Instant::now() + self.every);
         if ids.is_empty() || self.call.is_some() {
             return;
         }

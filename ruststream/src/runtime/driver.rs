@@ -174,7 +174,9 @@ where
                     self.pipeline.env.metrics.add_handler_time(total, longest);
                 }
                 Wake::Read(ReadWake::Read(result)) => self.on_read(result).await,
-                Wake::Read(ReadWake::BackedOff | ReadWake::Settled) | Wake::Due => {}
+                Wake::Read(ReadWake::Looked(result)) => self.reader.looked(result),
+                Wake::Read(ReadWake::BackedOff | ReadWake::Settled | ReadWake::LookDue)
+                | Wake::Due => {}
                 Wake::KeepAlive => self.keep_alive.refresh(self.lanes.holding()),
                 Wake::Stop => self.on_stop(),
                 Wake::Deadline => self.on_deadline(),

@@ -17,6 +17,7 @@
 //! - `settle`: decisions on their way to the broker, batched, and applied
 //!   again until they land;
 //! - `claims`: keeping the claims on held entries fresh;
+//! - `prune`: deleting the group's idle, empty consumers (opt-in);
 //! - `driver`: the task's poll loop, one method per wake event;
 //! - `stats`: counters, and the [`SubscriptionStats`] an app reports;
 //! - `backoff`: jittered exponential backoff.
@@ -26,6 +27,7 @@ mod claims;
 mod driver;
 mod handle;
 mod lanes;
+mod prune;
 mod read;
 mod settle;
 mod stats;
@@ -61,6 +63,12 @@ pub(crate) struct Env {
     /// group the broker loses (a server restart without persistence) is
     /// recreated from until the subscription has read past it.
     pub(crate) resume_floor: EntryId,
+    /// How often claims on held entries are refreshed at most
+    /// ([`crate::RustStream::keep_alive`]).
+    pub(crate) keep_alive: Duration,
+    /// Delete other consumers idle this long and holding nothing, at start
+    /// ([`crate::RustStream::prune_idle_consumers`]).
+    pub(crate) prune_idle_consumers: Option<Duration>,
 }
 
 impl Env {
@@ -80,6 +88,10 @@ impl Env {
 /// reports it: a subscription that silently stopped reading, or stopped
 /// settling while it went on reading, would strand entries unseen.
 pub(crate) async fn run_subscription<S: Subscriber>(subscriber: Arc<S>, env: Env) {
+    if env.prune_idle_consumers.is_some() {
+        // Housekeeping beside the subscription, never in its way.
+        tokio::spawn(prune::prune_idle_consumers(env.clone()));
+    }
     let outbox = Arc::new(settle::Outbox::default());
     let last_read = Arc::new(read::LastRead::new(env.resume_floor));
     let mut settler = tokio::spawn(settle::settle_loop(
@@ -151,6 +163,19 @@ const STRAYS_TIMEOUT: Duration = Duration::from_secs(2);
 /// take strays once idle.) Bounded in time; a failure is only logged.
 async fn hand_back_strays(env: &Env) {
     if env.subscription.stream.retries_in_place() {
+        return;
+    }
+    if env.metrics.name_shared() {
+        // The strays may be the entries another live process with this
+        // name runs: handing them back would run them twice. What an
+        // abandoned read handed out stays pending under the name instead,
+        // for the look of whichever process runs on (or restarts) once it
+        // has gone stale.
+        tracing::info!(
+            subscriber = env.name,
+            consumer = %env.consumer,
+            "another live process seems to share this consumer name: its entries are left to it at shutdown"
+        );
         return;
     }
     let (stream, group) = (env.stream(), env.group());

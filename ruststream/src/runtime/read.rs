@@ -11,7 +11,13 @@
 //!   settler wakes it when decisions land.
 //! - A subscription first re-reads its own pending list (`OwnPending`,
 //!   page by page, not blocking) and handles what a predecessor with the
-//!   same consumer name left there, then reads as its kind says.
+//!   same consumer name left there, then reads as its kind says. It takes
+//!   only entries left unrefreshed for the live window
+//!   ([`claims::live_window`](super::claims::live_window)): fresher ones
+//!   are worked on by a live process that shares the name (or were held
+//!   by a crashed predecessor moments ago). It warns about them, and looks
+//!   again once the window has passed, handing back to the group whatever
+//!   has gone stale meanwhile ([`TwinLook`]).
 //! - A failed read backs off with jitter. A group the broker lost (a
 //!   server restarted without persistence) is recreated after the last id
 //!   the subscription read, never at the stream's end
@@ -23,8 +29,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ruststream_core::{
-    BrokerError, BrokerFuture, BrokerResult, Delivery, EntryId, ReadBatch, ReadMode, ReadRequest,
-    StreamStart,
+    BrokerError, BrokerFuture, BrokerResult, Delivery, EntryId, PendingEntry, ReadBatch, ReadMode,
+    ReadRequest, StreamStart,
 };
 use tokio::sync::futures::Notified;
 
@@ -60,6 +66,10 @@ impl LastRead {
 pub(super) enum ReadWake {
     /// The read in flight returned.
     Read(BrokerResult<ReadBatch>),
+    /// A look at the own pending list returned.
+    Looked(BrokerResult<Look>),
+    /// It is time to look at the own pending list again.
+    LookDue,
     /// The backoff after a failed read is over.
     BackedOff,
     /// Decisions reached the broker: there may be room to read.
@@ -95,6 +105,37 @@ pub(super) struct Reader<'a> {
     recheck: bool,
     /// Whether a lost group was recreated since the last successful read.
     recreated_since_read: bool,
+    /// Entries under this consumer's name that another live process seems
+    /// to work on: when to look at them next.
+    twin: TwinLook,
+    /// The look at the own pending list in flight.
+    looking: Option<BrokerFuture<'a, Look>>,
+    /// How recently a claim must have been refreshed to count as live.
+    live_window: Duration,
+    /// Whether a live process sharing the name was warned about.
+    twin_warned: bool,
+}
+
+/// When the reader looks at its own pending list for entries a live
+/// process sharing its consumer name works on.
+pub(super) enum TwinLook {
+    /// Before the first read.
+    AtStart,
+    /// Fresh entries were seen: look again when this fires.
+    Armed(Pin<Box<tokio::time::Sleep>>),
+    /// Look again as soon as every decision made has landed.
+    Due,
+    /// Nothing to watch.
+    Off,
+}
+
+/// What one look at the own pending list found.
+pub(super) struct Look {
+    /// Entries refreshed within the live window that this subscription
+    /// does not hold: another live process works on them.
+    fresh: usize,
+    /// Entries left unrefreshed longer, handed back to the group.
+    handed_back: u64,
 }
 
 impl<'a> Reader<'a> {
@@ -115,6 +156,10 @@ impl<'a> Reader<'a> {
             recovering: Some(EntryId::ZERO),
             recheck: false,
             recreated_since_read: false,
+            twin: TwinLook::AtStart,
+            looking: None,
+            live_window: super::claims::live_window(env),
+            twin_warned: false,
         }
     }
 
@@ -130,7 +175,10 @@ impl<'a> Reader<'a> {
         in_lanes: usize,
         holding: impl FnOnce() -> Vec<EntryId>,
     ) {
-        let may_read = self.read.is_none() && !stopping && self.backing_off.is_none();
+        let may_read = self.read.is_none()
+            && self.looking.is_none()
+            && !stopping
+            && self.backing_off.is_none();
         if !may_read {
             return;
         }
@@ -138,6 +186,27 @@ impl<'a> Reader<'a> {
         // Decisions of this wake were pushed to the outbox before this is
         // called, so they count already.
         let unsettled = usize::try_from(env.metrics.in_flight()).unwrap_or(usize::MAX);
+        match self.twin {
+            TwinLook::AtStart => {
+                self.twin = TwinLook::Off;
+                self.looking = Some(look_for_a_twin(env, Vec::new(), self.live_window, false));
+                return;
+            }
+            // Like the re-check: only once every decision made has landed,
+            // so an entry whose ack is on its way is not taken for a stray.
+            TwinLook::Due if unsettled == in_lanes && !self.recheck => {
+                self.twin = TwinLook::Off;
+                self.room = None;
+                self.looking = Some(look_for_a_twin(env, holding(), self.live_window, true));
+                return;
+            }
+            TwinLook::Due if self.room.is_none() => {
+                self.room = Some(Box::pin(self.outbox.settled.notified()));
+                return;
+            }
+            TwinLook::Due => return,
+            TwinLook::Armed(_) | TwinLook::Off => {}
+        }
         if self.recheck {
             // Only once every decision made has reached the broker (nothing
             // in flight but what the lanes hold): any other entry pending
@@ -160,7 +229,13 @@ impl<'a> Reader<'a> {
         self.room = None;
         let (mode, block) = match self.recovering {
             // A pending list answers at once: no blocking.
-            Some(after) => (ReadMode::OwnPending { after }, None),
+            Some(after) => (
+                ReadMode::OwnPending {
+                    after,
+                    min_idle: self.live_window,
+                },
+                None,
+            ),
             None => (self.mode, Some(READ_BLOCK)),
         };
         let mut request = ReadRequest::new(
@@ -183,6 +258,18 @@ impl<'a> Reader<'a> {
         {
             self.read = None;
             return Poll::Ready(ReadWake::Read(result));
+        }
+        if let Some(look) = self.looking.as_mut()
+            && let Poll::Ready(result) = look.as_mut().poll(cx)
+        {
+            self.looking = None;
+            return Poll::Ready(ReadWake::Looked(result));
+        }
+        if let TwinLook::Armed(timer) = &mut self.twin
+            && timer.as_mut().poll(cx).is_ready()
+        {
+            self.twin = TwinLook::Due;
+            return Poll::Ready(ReadWake::LookDue);
         }
         if let Some(b) = self.backing_off.as_mut()
             && b.as_mut().poll(cx).is_ready()
@@ -285,9 +372,68 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Takes in what a look at the own pending list found: warns (once)
+    /// about a live process that seems to share the consumer name, and
+    /// looks again after the live window while it holds entries.
+    pub(super) fn looked(&mut self, result: BrokerResult<Look>) {
+        let env = self.env;
+        let window = self.live_window;
+        let look_again = match result {
+            Ok(look) => {
+                if look.handed_back > 0 {
+                    tracing::warn!(
+                        subscriber = env.name,
+                        stream = env.stream(),
+                        group = env.group(),
+                        consumer = %env.consumer,
+                        entries = look.handed_back,
+                        "entries under this consumer name were left unrefreshed for the live window: handed back to the group"
+                    );
+                }
+                if look.fresh > 0 && !self.twin_warned {
+                    self.twin_warned = true;
+                    tracing::warn!(
+                        subscriber = env.name,
+                        stream = env.stream(),
+                        group = env.group(),
+                        consumer = %env.consumer,
+                        entries = look.fresh,
+                        live_window = ?window,
+                        "entries pending under this consumer name were worked on within the live window: another live process seems to use the name (name instances with RustStream::instance or RUSTSTREAM_INSTANCE); they are left to it and looked at again once the window has passed"
+                    );
+                } else if look.fresh == 0 && self.twin_warned {
+                    self.twin_warned = false;
+                    tracing::info!(
+                        subscriber = env.name,
+                        consumer = %env.consumer,
+                        "no entries under this consumer name are worked on elsewhere any more"
+                    );
+                }
+                env.metrics.set_name_shared(look.fresh > 0);
+                look.fresh > 0
+            }
+            Err(error) => {
+                tracing::warn!(
+                    subscriber = env.name,
+                    stream = env.stream(),
+                    group = env.group(),
+                    consumer = %env.consumer,
+                    %error,
+                    "could not list the own pending entries; looking again once the live window has passed"
+                );
+                true
+            }
+        };
+        if look_again {
+            self.twin = TwinLook::Armed(Box::pin(tokio::time::sleep(window)));
+        }
+    }
+
     /// Stops reading: a blocking read in flight is abandoned.
     pub(super) fn stop(&mut self) {
         self.read = None;
+        self.looking = None;
+        self.twin = TwinLook::Off;
         self.backing_off = None;
         self.room = None;
     }
@@ -304,29 +450,76 @@ const OWN_LIST: usize = 10_000;
 /// Returns how many were handed back. Used by the re-check after a failed
 /// read and by the last look at shutdown.
 pub(super) async fn hand_back_own_strays(env: &Env, holding: &[EntryId]) -> BrokerResult<u64> {
-    let (stream, group) = (env.stream(), env.group());
-    let pending = env
-        .broker
-        .pending(stream, group, EntryId::ZERO, OWN_LIST, Some(&env.consumer))
-        .await?;
-    let holding: std::collections::HashSet<&EntryId> = holding.iter().collect();
-    // Owed entries belong to nobody already.
-    let strays: Vec<EntryId> = pending
+    let strays: Vec<EntryId> = own_strays(env, holding)
+        .await?
         .iter()
-        .filter(|p| p.consumer.is_some() && !holding.contains(&p.id))
         .map(|p| p.id)
         .collect();
-    if strays.is_empty() {
+    hand_back(env, &strays).await
+}
+
+/// The consumer's own pending entries (a listing, which counts no
+/// delivery) that are not in `holding`. Owed entries belong to nobody and
+/// are not listed.
+async fn own_strays(env: &Env, holding: &[EntryId]) -> BrokerResult<Vec<PendingEntry>> {
+    let mut pending = env
+        .broker
+        .pending(
+            env.stream(),
+            env.group(),
+            EntryId::ZERO,
+            OWN_LIST,
+            Some(&env.consumer),
+        )
+        .await?;
+    let holding: std::collections::HashSet<&EntryId> = holding.iter().collect();
+    pending.retain(|p| p.consumer.is_some() && !holding.contains(&p.id));
+    Ok(pending)
+}
+
+/// Hands `ids` back to the group, owed at once: the next read (of any
+/// consumer) takes them, counted as redeliveries.
+async fn hand_back(env: &Env, ids: &[EntryId]) -> BrokerResult<u64> {
+    if ids.is_empty() {
         return Ok(0);
     }
     env.broker
         .retry(
-            stream,
-            group,
-            &strays,
+            env.stream(),
+            env.group(),
+            ids,
             ruststream_core::Retry::After(Duration::ZERO),
         )
         .await
+}
+
+/// Looks at the own pending list for entries another live process with
+/// this consumer name works on: those not in `holding` refreshed within
+/// `window`. With `hand_back_stale`, entries not in `holding` left
+/// unrefreshed longer are handed back to the group (their process is
+/// gone); at start-up the recovery read takes those itself.
+fn look_for_a_twin(
+    env: &Env,
+    holding: Vec<EntryId>,
+    window: Duration,
+    hand_back_stale: bool,
+) -> BrokerFuture<'_, Look> {
+    Box::pin(async move {
+        let strays = own_strays(env, &holding).await?;
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        let (stale, fresh): (Vec<PendingEntry>, Vec<PendingEntry>) =
+            strays.into_iter().partition(|p| p.idle_ms >= window_ms);
+        let handed_back = if hand_back_stale {
+            let stale: Vec<EntryId> = stale.iter().map(|p| p.id).collect();
+            hand_back(env, &stale).await?
+        } else {
+            0
+        };
+        Ok(Look {
+            fresh: fresh.len(),
+            handed_back,
+        })
+    })
 }
 
 /// The re-check after a failed read: hands back the strays a lost reply

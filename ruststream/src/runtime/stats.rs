@@ -1,6 +1,6 @@
 //! A subscription's counters, and the stats an app reports from them.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Counters of one subscription.
@@ -24,6 +24,9 @@ pub(crate) struct Metrics {
     /// Entries held on `by_key` lanes after a retry, waiting for their
     /// delay (part of what is in flight, but waiting on the clock).
     held: AtomicU64,
+    /// Whether the last look found entries under this consumer's name
+    /// that another live process works on.
+    name_shared: AtomicBool,
 }
 
 impl Metrics {
@@ -50,6 +53,17 @@ impl Metrics {
     /// Entries held on `by_key` lanes, waiting for a retry's delay.
     pub(crate) fn held(&self) -> u64 {
         self.held.load(Ordering::SeqCst)
+    }
+
+    /// Records whether another live process seems to share the consumer
+    /// name.
+    pub(super) fn set_name_shared(&self, shared: bool) {
+        self.name_shared.store(shared, Ordering::Relaxed);
+    }
+
+    /// Whether another live process seems to share the consumer name.
+    pub(super) fn name_shared(&self) -> bool {
+        self.name_shared.load(Ordering::Relaxed)
     }
 
     /// Records why the subscription stopped before shutdown.
@@ -106,6 +120,7 @@ impl Metrics {
             handed_back: get(&self.handed_back),
             handler_time: Duration::from_nanos(get(&self.handler_nanos)),
             handler_max: Duration::from_nanos(get(&self.handler_max_nanos)),
+            consumer_name_shared: self.name_shared(),
             lag: None,
             pending: None,
             oldest_pending_ms: None,
@@ -143,6 +158,10 @@ pub struct SubscriptionStats {
     pub handler_time: Duration,
     /// Longest single handler call, measured the same way.
     pub handler_max: Duration,
+    /// Whether entries pending under this consumer's name were last seen
+    /// worked on by another live process: two processes share the name
+    /// (see `docs/guarantees.md`, "Shared consumer names").
+    pub consumer_name_shared: bool,
     /// The group's lag (entries not yet delivered), if the broker answered.
     pub lag: Option<u64>,
     /// The group's pending count, if the broker answered.

@@ -166,9 +166,7 @@ fn reading_an_unknown_group_or_stream_is_no_group_naming_both() {
         ReadMode::Reclaim {
             min_idle: Duration::ZERO,
         },
-        ReadMode::OwnPending {
-            after: EntryId::ZERO,
-        },
+        ReadMode::own_pending(EntryId::ZERO),
     ] {
         let req = ReadRequest::new(S, G, "c", mode, 1);
         assert_no_group(e.read(&req, T0), S, G);

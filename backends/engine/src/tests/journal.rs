@@ -55,9 +55,7 @@ fn step(e: &mut Engine, rng: &mut Lcg, now: u64) {
                 2 => ReadMode::Reclaim {
                     min_idle: Duration::from_millis(50),
                 },
-                _ => ReadMode::OwnPending {
-                    after: EntryId::ZERO,
-                },
+                _ => ReadMode::own_pending(EntryId::ZERO),
             };
             let mut req = ReadRequest::new(s, g, c, mode, rng.next(5) as usize + 1);
             if rng.next(3) == 0 {
@@ -106,6 +104,9 @@ fn step(e: &mut Engine, rng: &mut Lcg, now: u64) {
                 let _ = e.trim(s, Trim::MaxLen(rng.next(6)));
             } else if rng.next(8) == 0 {
                 let _ = e.set_group_position(s, g, StreamStart::Beginning);
+            } else if rng.next(2) == 0 {
+                let idle = Duration::from_millis(rng.next(60));
+                let _ = e.delete_consumer(s, g, c, idle, now);
             }
         }
     }

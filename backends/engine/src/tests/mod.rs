@@ -106,7 +106,7 @@ fn reclaim_req(consumer: &'static str, min_idle_ms: u64, count: usize) -> ReadRe
 }
 
 fn own_req(consumer: &'static str, after: EntryId, count: usize) -> ReadRequest<'static> {
-    ReadRequest::new(S, G, consumer, ReadMode::OwnPending { after }, count)
+    ReadRequest::new(S, G, consumer, ReadMode::own_pending(after), count)
 }
 
 /// A read as `consumer` of `count` entries in each mode (`min_idle_ms`

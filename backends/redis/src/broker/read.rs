@@ -59,13 +59,16 @@ pub(super) async fn read(
         // passes over (trimmed away, or retry copies of other groups): it
         // comes back empty, which a caller takes for the list's end. Page
         // on past them instead, so nothing behind them is left stranded.
-        if let ReadMode::OwnPending { after } = req.mode
+        if let ReadMode::OwnPending { after, min_idle } = req.mode
             && read.deliveries.is_empty()
             && read.dead_lettered.is_empty()
             && let Some(&last) = read.dropped.iter().max()
             && last > after
         {
-            req.mode = ReadMode::OwnPending { after: last };
+            req.mode = ReadMode::OwnPending {
+                after: last,
+                min_idle,
+            };
             continue;
         }
         let batch = ReadBatch {

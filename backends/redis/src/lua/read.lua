@@ -274,6 +274,37 @@ elseif MODE == 'claiming' then
       read_new()
     end
   end
+elseif MODE == 'own' and tonumber(MIN_IDLE) > 0 then
+  -- Only the entries idle long enough: XPENDING picks them, XCLAIM hands
+  -- them out (counting a delivery, as a re-read does). An entry trimmed
+  -- from the stream is not returned (Redis 7 drops it from the pending
+  -- list; ack it for older servers).
+  local held = redis.call('XPENDING', S, G, 'IDLE', MIN_IDLE, '(' .. POS, '+', COUNT, C)
+  if #held > 0 then
+    local entries = {}
+    for first = 1, #held, CHUNK do
+      local claim = { 'XCLAIM', S, G, C, MIN_IDLE }
+      for i = first, math.min(first + CHUNK - 1, #held) do
+        claim[#claim + 1] = held[i][1]
+      end
+      for _, e in ipairs(redis.call(unpack(claim))) do
+        entries[#entries + 1] = e
+      end
+    end
+    local returned = {}
+    for _, e in ipairs(entries) do
+      if e then
+        returned[e[1]] = true
+      end
+    end
+    redeliver_all(entries, held)
+    for _, p in ipairs(held) do
+      if not returned[p[1]] then
+        redis.call('XACK', S, G, p[1])
+        dropped[#dropped + 1] = p[1]
+      end
+    end
+  end
 elseif MODE == 'own' then
   local held = redis.call('XPENDING', S, G, '(' .. POS, '+', COUNT, C)
   local reply = redis.call('XREADGROUP', 'GROUP', G, C, 'COUNT', COUNT, 'STREAMS', S, POS)

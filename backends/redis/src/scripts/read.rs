@@ -48,10 +48,10 @@ impl Scripts {
             ReadMode::New => ("new", 0),
             ReadMode::Claiming { min_idle } => ("claiming", ms(min_idle)),
             ReadMode::Reclaim { min_idle } => ("reclaim", ms(min_idle)),
-            ReadMode::OwnPending { .. } => ("own", 0),
+            ReadMode::OwnPending { min_idle, .. } => ("own", ms(min_idle)),
         };
         let position = match req.mode {
-            ReadMode::OwnPending { after } => after.to_string(),
+            ReadMode::OwnPending { after, .. } => after.to_string(),
             ReadMode::Reclaim { .. } => cursor.unwrap_or("0-0").to_owned(),
             _ => "0-0".to_owned(),
         };

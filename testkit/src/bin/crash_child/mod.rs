@@ -87,7 +87,11 @@ pub(crate) fn run(
                 return ExitCode::FAILURE;
             }
         };
+        // Restarted within milliseconds of a kill: a short keep-alive lets
+        // it take back what its killed predecessor held at once, rather
+        // than after the default live window of 15 s.
         let app = RustStream::new(AppInfo::new("crash-child", "0"))
+            .keep_alive(Duration::from_millis(100))
             .with_shared_broker(Arc::clone(&broker), include);
         for (_, subscription) in app.subscribers() {
             println!(
