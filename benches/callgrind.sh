@@ -17,6 +17,8 @@
 #         N1=20000 N2=60000 benches/callgrind.sh
 #         KEEP=/tmp/cg benches/callgrind.sh   (keep the callgrind files there)
 #         KEEP=/tmp/cg REUSE=1 benches/callgrind.sh   (reuse the files kept there)
+#         EXTRA=--prometheus benches/callgrind.sh   (metrics recording, as with
+#                                                    the admin endpoint on)
 #
 # Needs valgrind (callgrind, callgrind_annotate). Takes a few minutes.
 
@@ -51,7 +53,7 @@ run() {
     shift 2
     valgrind --tool=callgrind --callgrind-out-file="$out/$label.$n.cg" \
         --collect-atstart=no '--toggle-collect=*callgrind_region*' \
-        "$bin" "$@" --messages "$n" >"$out/$label.$n.txt" 2>"$out/$label.$n.log" || {
+        "$bin" "$@" ${EXTRA:-} --messages "$n" >"$out/$label.$n.txt" 2>"$out/$label.$n.log" || {
         echo "callgrind run failed: $label N=$n (log: $out/$label.$n.log)" >&2
         cat "$out/$label.$n.log" >&2
         exit 1

@@ -40,20 +40,24 @@
 
 #![forbid(unsafe_code)]
 
+mod admin;
 mod app;
 mod context;
+mod group_poll;
 mod health;
+pub mod metrics;
 mod observe;
 mod outcome;
 mod outgoing;
+mod readiness;
 mod running;
 mod runtime;
 mod stream;
 mod subscriber;
 
 pub use app::{
-    App, AppInfo, BrokerScope, DEFAULT_KEEP_ALIVE, DEFAULT_SHUTDOWN_DEADLINE, INSTANCE_VAR,
-    Include, RustStream, StartError, termination,
+    ADMIN_ADDR_VAR, ADMIN_TOKEN_VAR, App, AppInfo, BrokerScope, DEFAULT_KEEP_ALIVE,
+    DEFAULT_SHUTDOWN_DEADLINE, INSTANCE_VAR, Include, RustStream, StartError, termination,
 };
 pub use context::{
     Context, DELIVERY_COUNT_HEADER, HeaderView, IDLE_MS_HEADER, PARTITION_KEY_HEADER,
@@ -62,6 +66,7 @@ pub use health::{Health, Problem};
 pub use observe::{Handled, Observer, Settlement};
 pub use outcome::{HandlerOutcome, IntoSettle, Publish, ReplyTarget, Settle};
 pub use outgoing::{Outgoing, PublishBuilder, PublishError, Publisher};
+pub use readiness::{Readiness, ReadinessOptions};
 pub use running::Running;
 pub use runtime::SubscriptionStats;
 pub use ruststream_core::*;
@@ -180,11 +185,10 @@ where
     };
     let result = runtime.block_on(async move {
         match make_app.await {
-            Ok(app) => app
-                .into_rust_stream()
-                .run()
-                .await
-                .map_err(|e| e.to_string()),
+            Ok(app) => match app.into_rust_stream().admin_from_env() {
+                Ok(app) => app.run().await.map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e.to_string()),
         }
     });

@@ -1,5 +1,6 @@
 //! Publishing typed values.
 
+use crate::metrics::PublishMetrics;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -72,6 +73,7 @@ pub enum PublishError {
 #[derive(Clone)]
 pub struct Publisher {
     broker: Arc<dyn Broker>,
+    metrics: PublishMetrics,
 }
 
 impl fmt::Debug for Publisher {
@@ -85,7 +87,24 @@ impl fmt::Debug for Publisher {
 impl Publisher {
     /// A publisher on `broker`.
     pub fn new(broker: Arc<dyn Broker>) -> Self {
-        Publisher { broker }
+        Publisher {
+            broker,
+            metrics: PublishMetrics::default(),
+        }
+    }
+
+    /// The same publisher, its metrics labelled with `app`.
+    pub(crate) fn for_app(mut self, app: &str) -> Self {
+        self.metrics = PublishMetrics::for_app(app);
+        self
+    }
+
+    /// Publishes `message` to `stream`, counted and timed in the metrics.
+    async fn send(&self, stream: &str, message: Message) -> Result<EntryId, BrokerError> {
+        let started = tokio::time::Instant::now();
+        let id = self.broker.publish(stream, message).await?;
+        self.metrics.published(stream, 1, started.elapsed());
+        Ok(id)
     }
 
     /// The broker it publishes to.
@@ -114,7 +133,7 @@ impl Publisher {
         stream: &str,
         message: Message,
     ) -> Result<EntryId, BrokerError> {
-        self.broker.publish(stream, message).await
+        self.send(stream, message).await
     }
 }
 
@@ -155,15 +174,15 @@ impl<'a, T: Outgoing + Serialize + ?Sized + Sync> IntoFuture for PublishBuilder<
     fn into_future(self) -> Self::IntoFuture {
         let stream = self.stream.unwrap_or_else(|| T::STREAM.to_owned());
         let encoded = serde_json::to_vec(self.value);
-        let broker = &self.publisher.broker;
+        let publisher = self.publisher;
         let headers = self.headers;
         Box::pin(async move {
             let payload = encoded.map_err(|source| PublishError::Encode {
                 stream: stream.clone(),
                 source,
             })?;
-            Ok(broker
-                .publish(&stream, Message { headers, payload })
+            Ok(publisher
+                .send(&stream, Message { headers, payload })
                 .await?)
         })
     }

@@ -67,6 +67,10 @@
 //! runtime --only framework --workers 8 --messages 100000
 //! runtime --only hand --count 32 --messages 100000
 //! ```
+//!
+//! `--prometheus` installs the Prometheus recorder first (as the admin
+//! endpoint does), so the runtime's metrics record; without it they are
+//! no-ops, the default.
 
 use std::error::Error;
 use std::hint::black_box;
@@ -623,7 +627,7 @@ enum Only {
     Hand,
 }
 
-const USAGE: &str = "usage: runtime [--messages N] \
+const USAGE: &str = "usage: runtime [--messages N] [--prometheus] \
     [--only framework|hand [--workers 1|8] [--count C] [--runtime current|multi]]";
 
 fn parse_options() -> BenchResult<Options> {
@@ -642,6 +646,13 @@ fn parse_options() -> BenchResult<Options> {
         };
         match arg.as_str() {
             "--messages" => options.messages = value()?.parse()?,
+            "--prometheus" => {
+                // The recorder the admin endpoint installs: the metrics
+                // then record, rather than being no-ops.
+                metrics_exporter_prometheus::PrometheusBuilder::new()
+                    .install_recorder()
+                    .map_err(|e| format!("--prometheus: {e}"))?;
+            }
             "--workers" => options.workers = value()?.parse()?,
             "--count" => options.count = Some(value()?.parse()?),
             "--only" => {

@@ -32,8 +32,8 @@ use std::time::Duration;
 use ruststream_core::{BrokerResult, Delivery, ReadBatch, ReadMode};
 use tokio::sync::watch;
 
+use super::Counters;
 use super::Env;
-use super::Metrics;
 use super::claims::KeepAlive;
 use super::handle::Pipeline;
 use super::lanes::{Finished, Held, Lanes, Started};
@@ -88,7 +88,7 @@ struct Driver<'a, S, F, M> {
     now: u64,
     /// Entries read and not yet handled (queued or running).
     held: usize,
-    /// Handlers started within a poll of the lanes, added to the metrics
+    /// Handlers started within a poll of the lanes, added to the counters
     /// after the wake.
     delivered: u64,
     stopping: bool,
@@ -135,7 +135,7 @@ where
             ),
             reader: Reader::new(env, outbox, last_read),
             keep_alive: KeepAlive::new(env),
-            epoch: tokio::time::Instant::now(),
+            epoch: env.counters.signals.epoch(),
             now: 0,
             held: 0,
             delivered: 0,
@@ -166,12 +166,12 @@ where
                 std::future::poll_fn(|cx| self.poll_wake(cx, traced)).await
             };
             if self.delivered > 0 {
-                Metrics::add(&self.pipeline.env.metrics.delivered, self.delivered);
+                Counters::add(&self.pipeline.env.counters.delivered, self.delivered);
                 self.delivered = 0;
             }
             match wake {
                 Wake::Progress { total, longest } => {
-                    self.pipeline.env.metrics.add_handler_time(total, longest);
+                    self.pipeline.env.counters.add_handler_time(total, longest);
                 }
                 Wake::Read(ReadWake::Read(result)) => self.on_read(result).await,
                 Wake::Read(ReadWake::Looked(result)) => self.reader.looked(result),
@@ -185,9 +185,17 @@ where
                 // One hand-over per wake, however many entries finished.
                 self.outbox.push(&mut self.decisions);
             }
+            let counters = &self.pipeline.env.counters;
+            counters
+                .signals
+                .set_oldest_running(self.lanes.oldest_running());
+            counters.metrics.in_flight(
+                counters.in_flight(),
+                self.pipeline.env.subscription.read_ahead(),
+            );
             if self.lanes.by_key {
-                let metrics = &self.pipeline.env.metrics;
-                metrics.set_held(self.lanes.held_count());
+                let counters = &self.pipeline.env.counters;
+                counters.set_held(self.lanes.held_count());
             }
             // A broker that always has work ready (the memory broker answers
             // at once) would otherwise keep this task from ever yielding.
@@ -211,7 +219,7 @@ where
             }
         }
         if started > 0 {
-            Metrics::add(&self.pipeline.env.metrics.delivered, started);
+            Counters::add(&self.pipeline.env.counters.delivered, started);
         }
     }
 
@@ -273,6 +281,7 @@ where
                     }
                 }
                 let took = now.saturating_sub(this.since);
+                pipeline.env.counters.metrics.handler_ran(took);
                 total = total.saturating_add(took);
                 longest = longest.max(took);
                 progress = true;
@@ -383,8 +392,7 @@ where
             if let Some(delivery) = lane.current.take() {
                 self.pipeline.observe(&delivery, Settlement::HandedBack);
             }
-            self.decisions
-                .add(Decision::After(started.id, Duration::ZERO));
+            self.decisions.add(Decision::HandBack(started.id));
             self.held -= 1;
             for delivery in lane.take_waiting() {
                 hand_back(
@@ -417,9 +425,8 @@ fn hand_back<S: Subscriber>(
     held: &mut usize,
     delivery: &Delivery,
 ) {
-    Metrics::add(&pipeline.env.metrics.handed_back, 1);
     pipeline.observe(delivery, Settlement::HandedBack);
-    decisions.add(Decision::After(delivery.id(), Duration::ZERO));
+    decisions.add(Decision::HandBack(delivery.id()));
     *held -= 1;
 }
 
@@ -449,7 +456,7 @@ fn retry_on_lane(env: &Env, started: &Started, decision: &Decision) -> Option<On
             ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } => min_idle,
             ReadMode::New | ReadMode::OwnPending { .. } => Duration::ZERO,
         },
-        Decision::Ack(_) | Decision::Dead(..) => return None,
+        Decision::Ack(_) | Decision::Dead(..) | Decision::HandBack(_) => return None,
     };
     let deliveries = started.delivery_count.saturating_add(1);
     if let Some(max) = env.subscription.max_deliveries

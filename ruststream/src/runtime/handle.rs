@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use ruststream_core::{Delivery, EntryId, Message};
 
+use crate::metrics::ErrorKind;
+
 use super::lanes::Started;
 use super::settle::{Decided, Decision};
-use super::{Env, Metrics};
+use super::{Counters, Env};
 use crate::observe::{Handled, Settlement};
 use crate::{Context, HandlerOutcome, ReplyTarget, Settle, Subscriber};
 
@@ -38,7 +40,7 @@ pub(super) struct Pipeline<S> {
 impl<S: Subscriber> Pipeline<S> {
     /// The outcome of a handler that panicked: retried, and logged.
     pub(super) fn panicked(&self, entry: &Started, panic: &(dyn Any + Send)) -> Decided {
-        Metrics::add(&self.env.metrics.panicked, 1);
+        self.env.counters.handler_failed(ErrorKind::Panic);
         let message = panic_message(panic);
         report!(
             self,
@@ -121,6 +123,9 @@ impl<S: Subscriber> Pipeline<S> {
         let delivery = &delivery;
         let env = &self.env;
         let id = delivery.id();
+        if delivery.delivery_count >= env.readiness.poison_deliveries {
+            env.counters.signals.poison_seen(id);
+        }
         let outcome = {
             let mut ctx = Context::new(
                 delivery,
@@ -141,7 +146,7 @@ impl<S: Subscriber> Pipeline<S> {
             }
             Settle::Outcome(HandlerOutcome::RetryAfter(delay)) => {
                 tracing::debug!(?delay, "handler asked for a retry after a delay");
-                Metrics::add(&env.metrics.retried, 1);
+                Counters::add(&env.counters.retried, 1);
                 Decided::new(Decision::After(id, delay), Settlement::RetriedAfter(delay))
             }
             Settle::Outcome(HandlerOutcome::DeadLetter(reason)) => {
@@ -153,7 +158,7 @@ impl<S: Subscriber> Pipeline<S> {
                 Decided::dead(id, reason)
             }
             Settle::Failed(error) => {
-                Metrics::add(&env.metrics.failed, 1);
+                env.counters.handler_failed(ErrorKind::Error);
                 report!(
                     self,
                     delivery,
@@ -162,6 +167,7 @@ impl<S: Subscriber> Pipeline<S> {
                 self.retry(id, delivery.delivery_count, Some(error))
             }
             Settle::Undecodable(error) => {
+                env.counters.handler_failed(ErrorKind::Decode);
                 report!(
                     self,
                     delivery,
@@ -193,7 +199,7 @@ impl<S: Subscriber> Pipeline<S> {
     /// state here, so it is the same after a restart or on another
     /// consumer (`docs/semantics.md`, Outcomes).
     fn retry(&self, id: EntryId, delivery_count: u32, reason: Option<String>) -> Decided {
-        Metrics::add(&self.env.metrics.retried, 1);
+        Counters::add(&self.env.counters.retried, 1);
         if let Some(policy) = &self.env.subscription.backoff {
             let delay = policy.delay(id, delivery_count);
             tracing::debug!(?delay, "retry after the subscription's backoff");
@@ -219,7 +225,12 @@ impl<S: Subscriber> Pipeline<S> {
             ReplyTarget::OwnStream => own,
             ReplyTarget::Stream(s) => s.as_str(),
         };
-        match self.env.broker.publish(stream, Message::new(payload)).await {
+        match self
+            .env
+            .publisher
+            .publish_raw(stream, Message::new(payload))
+            .await
+        {
             Ok(reply_id) => {
                 tracing::debug!(reply_stream = stream, %reply_id, "reply published");
                 let settlement = Settlement::Replied {

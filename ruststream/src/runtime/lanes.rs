@@ -302,6 +302,16 @@ impl<F: Future<Output = Decided>> Lanes<F> {
         ids
     }
 
+    /// When the longest-running handler started (see [`Lane::since`]), if
+    /// one runs.
+    pub(super) fn oldest_running(&self) -> Option<u64> {
+        self.lanes
+            .iter()
+            .filter(|lane| lane.running.is_some())
+            .map(|lane| lane.since)
+            .min()
+    }
+
     /// Whether no entry waits in any queue: a start would find nothing.
     pub(super) fn nothing_to_start(&self) -> bool {
         self.shared.is_empty()

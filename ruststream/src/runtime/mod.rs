@@ -17,6 +17,8 @@
 //! - `settle`: decisions on their way to the broker, batched, and applied
 //!   again until they land;
 //! - `claims`: keeping the claims on held entries fresh;
+//! - `own_pending`: looks at the consumer's own pending list (another
+//!   live process with the same name, strays a lost read left);
 //! - `prune`: deleting the group's idle, empty consumers (opt-in);
 //! - `driver`: the task's poll loop, one method per wake event;
 //! - `stats`: counters, and the [`SubscriptionStats`] an app reports;
@@ -27,6 +29,7 @@ mod claims;
 mod driver;
 mod handle;
 mod lanes;
+mod own_pending;
 mod prune;
 mod read;
 mod settle;
@@ -43,7 +46,7 @@ use crate::observe::Observer;
 use crate::{Publisher, ReplyTarget, Subscriber, Subscription};
 
 pub(crate) use backoff::Backoff;
-pub(crate) use stats::Metrics;
+pub(crate) use stats::Counters;
 pub use stats::SubscriptionStats;
 
 /// Everything a subscription's tasks share.
@@ -57,7 +60,7 @@ pub(crate) struct Env {
     pub(crate) reply: ReplyTarget,
     /// `None` while running; `Some(deadline)` once shutting down.
     pub(crate) shutdown: watch::Receiver<Option<Duration>>,
-    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) counters: Arc<Counters>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
     /// The group's last delivered id when the subscription started: where a
     /// group the broker loses (a server restart without persistence) is
@@ -69,6 +72,8 @@ pub(crate) struct Env {
     /// Delete other consumers idle this long and holding nothing, at start
     /// ([`crate::RustStream::prune_idle_consumers`]).
     pub(crate) prune_idle_consumers: Option<Duration>,
+    /// The readiness bounds ([`crate::RustStream::readiness`]).
+    pub(crate) readiness: crate::ReadinessOptions,
 }
 
 impl Env {
@@ -141,7 +146,7 @@ pub(crate) async fn run_subscription<S: Subscriber>(subscriber: Arc<S>, env: Env
     match failure {
         Some(detail) => {
             tracing::error!(subscriber = env.name, %detail, "subscriber stopped");
-            env.metrics.set_failure(detail);
+            env.counters.set_failure(detail);
         }
         None => {
             hand_back_strays(&env).await;
@@ -165,7 +170,7 @@ async fn hand_back_strays(env: &Env) {
     if env.subscription.stream.retries_in_place() {
         return;
     }
-    if env.metrics.name_shared() {
+    if env.counters.name_shared() {
         // The strays may be the entries another live process with this
         // name runs: handing them back would run them twice. What an
         // abandoned read handed out stays pending under the name instead,
@@ -181,11 +186,12 @@ async fn hand_back_strays(env: &Env) {
     let (stream, group) = (env.stream(), env.group());
     // Every entry the task saw is settled or handed back by now: it holds
     // nothing.
-    let look = read::hand_back_own_strays(env, &[]);
+    let look = own_pending::hand_back_own_strays(env, &[]);
     match tokio::time::timeout(STRAYS_TIMEOUT, look).await {
         Ok(Ok(0)) => {}
         Ok(Ok(n)) => {
-            Metrics::add(&env.metrics.handed_back, n);
+            env.counters
+                .settled_as(crate::metrics::Outcome::HandedBack, n);
             tracing::info!(
                 subscriber = env.name,
                 stream,

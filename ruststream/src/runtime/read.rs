@@ -17,7 +17,7 @@
 //!   are worked on by a live process that shares the name (or were held
 //!   by a crashed predecessor moments ago). It warns about them, and looks
 //!   again once the window has passed, handing back to the group whatever
-//!   has gone stale meanwhile ([`TwinLook`]).
+//!   has gone stale meanwhile (see `own_pending`).
 //! - A failed read backs off with jitter. A group the broker lost (a
 //!   server restarted without persistence) is recreated after the last id
 //!   the subscription read, never at the stream's end
@@ -29,13 +29,15 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ruststream_core::{
-    BrokerError, BrokerFuture, BrokerResult, Delivery, EntryId, PendingEntry, ReadBatch, ReadMode,
-    ReadRequest, StreamStart,
+    BrokerError, BrokerFuture, BrokerResult, Delivery, EntryId, ReadBatch, ReadMode, ReadRequest,
+    StreamStart,
 };
 use tokio::sync::futures::Notified;
 
+use super::own_pending::{Look, TwinLook, TwinWatch, look_for_a_twin, recheck_after_a_lost_read};
 use super::settle::Outbox;
-use super::{Backoff, Env, Metrics};
+use super::{Backoff, Env};
+use crate::metrics::Outcome;
 
 /// How long one blocking read waits before asking again.
 const READ_BLOCK: Duration = Duration::from_secs(5);
@@ -103,39 +105,16 @@ pub(super) struct Reader<'a> {
     /// list is to be checked for entries a lost reply handed out (see
     /// `failed`).
     recheck: bool,
+    /// Whether the "read" in flight is the re-check (a listing, which says
+    /// nothing about whether reads work).
+    rechecking: bool,
     /// Whether a lost group was recreated since the last successful read.
     recreated_since_read: bool,
     /// Entries under this consumer's name that another live process seems
     /// to work on: when to look at them next.
-    twin: TwinLook,
+    twin: TwinWatch,
     /// The look at the own pending list in flight.
     looking: Option<BrokerFuture<'a, Look>>,
-    /// How recently a claim must have been refreshed to count as live.
-    live_window: Duration,
-    /// Whether a live process sharing the name was warned about.
-    twin_warned: bool,
-}
-
-/// When the reader looks at its own pending list for entries a live
-/// process sharing its consumer name works on.
-pub(super) enum TwinLook {
-    /// Before the first read.
-    AtStart,
-    /// Fresh entries were seen: look again when this fires.
-    Armed(Pin<Box<tokio::time::Sleep>>),
-    /// Look again as soon as every decision made has landed.
-    Due,
-    /// Nothing to watch.
-    Off,
-}
-
-/// What one look at the own pending list found.
-pub(super) struct Look {
-    /// Entries refreshed within the live window that this subscription
-    /// does not hold: another live process works on them.
-    fresh: usize,
-    /// Entries left unrefreshed longer, handed back to the group.
-    handed_back: u64,
 }
 
 impl<'a> Reader<'a> {
@@ -155,11 +134,10 @@ impl<'a> Reader<'a> {
             room: None,
             recovering: Some(EntryId::ZERO),
             recheck: false,
+            rechecking: false,
             recreated_since_read: false,
-            twin: TwinLook::AtStart,
+            twin: TwinWatch::new(super::claims::live_window(env)),
             looking: None,
-            live_window: super::claims::live_window(env),
-            twin_warned: false,
         }
     }
 
@@ -185,19 +163,20 @@ impl<'a> Reader<'a> {
         let env = self.env;
         // Decisions of this wake were pushed to the outbox before this is
         // called, so they count already.
-        let unsettled = usize::try_from(env.metrics.in_flight()).unwrap_or(usize::MAX);
-        match self.twin {
+        let unsettled = usize::try_from(env.counters.in_flight()).unwrap_or(usize::MAX);
+        let window = self.twin.window;
+        match self.twin.state {
             TwinLook::AtStart => {
-                self.twin = TwinLook::Off;
-                self.looking = Some(look_for_a_twin(env, Vec::new(), self.live_window, false));
+                self.twin.state = TwinLook::Off;
+                self.looking = Some(look_for_a_twin(env, Vec::new(), window, false));
                 return;
             }
             // Like the re-check: only once every decision made has landed,
             // so an entry whose ack is on its way is not taken for a stray.
             TwinLook::Due if unsettled == in_lanes && !self.recheck => {
-                self.twin = TwinLook::Off;
+                self.twin.state = TwinLook::Off;
                 self.room = None;
-                self.looking = Some(look_for_a_twin(env, holding(), self.live_window, true));
+                self.looking = Some(look_for_a_twin(env, holding(), window, true));
                 return;
             }
             TwinLook::Due if self.room.is_none() => {
@@ -215,6 +194,7 @@ impl<'a> Reader<'a> {
                 self.recheck = false;
                 self.room = None;
                 self.read = Some(recheck_after_a_lost_read(env, holding()));
+                self.rechecking = true;
             } else if self.room.is_none() {
                 self.room = Some(Box::pin(self.outbox.settled.notified()));
             }
@@ -232,7 +212,7 @@ impl<'a> Reader<'a> {
             Some(after) => (
                 ReadMode::OwnPending {
                     after,
-                    min_idle: self.live_window,
+                    min_idle: self.twin.window,
                 },
                 None,
             ),
@@ -265,10 +245,7 @@ impl<'a> Reader<'a> {
             self.looking = None;
             return Poll::Ready(ReadWake::Looked(result));
         }
-        if let TwinLook::Armed(timer) = &mut self.twin
-            && timer.as_mut().poll(cx).is_ready()
-        {
-            self.twin = TwinLook::Due;
+        if self.twin.poll_due(cx) {
             return Poll::Ready(ReadWake::LookDue);
         }
         if let Some(b) = self.backing_off.as_mut()
@@ -310,9 +287,13 @@ impl<'a> Reader<'a> {
             self.last_read.raise(last);
         }
         let env = self.env;
-        env.metrics.add_read(batch.deliveries.len() as u64);
+        if !std::mem::take(&mut self.rechecking) {
+            env.counters.signals.read_ok();
+        }
+        env.counters.signals.settled(&batch.dead_lettered);
+        env.counters.add_read(batch.deliveries.len() as u64);
         for id in &batch.dead_lettered {
-            Metrics::add(&env.metrics.dead_lettered, 1);
+            env.counters.settled_as(Outcome::DeadLetter, 1);
             tracing::warn!(
                 subscriber = env.name,
                 stream = env.stream(),
@@ -349,6 +330,9 @@ impl<'a> Reader<'a> {
             self.recheck = true;
         }
         let env = self.env;
+        if !std::mem::take(&mut self.rechecking) {
+            env.counters.signals.read_failed(&error);
+        }
         let delay = self.backoff.next_delay();
         tracing::error!(
             subscriber = env.name,
@@ -372,173 +356,20 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Takes in what a look at the own pending list found: warns (once)
-    /// about a live process that seems to share the consumer name, and
-    /// looks again after the live window while it holds entries.
+    /// Takes in what a look at the own pending list found (see
+    /// [`TwinWatch::looked`]).
     pub(super) fn looked(&mut self, result: BrokerResult<Look>) {
-        let env = self.env;
-        let window = self.live_window;
-        let look_again = match result {
-            Ok(look) => {
-                if look.handed_back > 0 {
-                    tracing::warn!(
-                        subscriber = env.name,
-                        stream = env.stream(),
-                        group = env.group(),
-                        consumer = %env.consumer,
-                        entries = look.handed_back,
-                        "entries under this consumer name were left unrefreshed for the live window: handed back to the group"
-                    );
-                }
-                if look.fresh > 0 && !self.twin_warned {
-                    self.twin_warned = true;
-                    tracing::warn!(
-                        subscriber = env.name,
-                        stream = env.stream(),
-                        group = env.group(),
-                        consumer = %env.consumer,
-                        entries = look.fresh,
-                        live_window = ?window,
-                        "entries pending under this consumer name were worked on within the live window: another live process seems to use the name (name instances with RustStream::instance or RUSTSTREAM_INSTANCE); they are left to it and looked at again once the window has passed"
-                    );
-                } else if look.fresh == 0 && self.twin_warned {
-                    self.twin_warned = false;
-                    tracing::info!(
-                        subscriber = env.name,
-                        consumer = %env.consumer,
-                        "no entries under this consumer name are worked on elsewhere any more"
-                    );
-                }
-                env.metrics.set_name_shared(look.fresh > 0);
-                look.fresh > 0
-            }
-            Err(error) => {
-                tracing::warn!(
-                    subscriber = env.name,
-                    stream = env.stream(),
-                    group = env.group(),
-                    consumer = %env.consumer,
-                    %error,
-                    "could not list the own pending entries; looking again once the live window has passed"
-                );
-                true
-            }
-        };
-        if look_again {
-            self.twin = TwinLook::Armed(Box::pin(tokio::time::sleep(window)));
-        }
+        self.twin.looked(self.env, result);
     }
 
     /// Stops reading: a blocking read in flight is abandoned.
     pub(super) fn stop(&mut self) {
         self.read = None;
         self.looking = None;
-        self.twin = TwinLook::Off;
+        self.twin.state = TwinLook::Off;
         self.backing_off = None;
         self.room = None;
     }
-}
-
-/// Most entries a look at the own pending list takes in (the own pending
-/// list of a `new` subscription is at most its read-ahead, plus what a
-/// lost read handed out).
-const OWN_LIST: usize = 10_000;
-
-/// Lists the consumer's own pending entries (a listing, which counts no
-/// delivery) and hands back, owed at once, those held by it and not in
-/// `holding`: entries a read handed out that nothing here will settle.
-/// Returns how many were handed back. Used by the re-check after a failed
-/// read and by the last look at shutdown.
-pub(super) async fn hand_back_own_strays(env: &Env, holding: &[EntryId]) -> BrokerResult<u64> {
-    let strays: Vec<EntryId> = own_strays(env, holding)
-        .await?
-        .iter()
-        .map(|p| p.id)
-        .collect();
-    hand_back(env, &strays).await
-}
-
-/// The consumer's own pending entries (a listing, which counts no
-/// delivery) that are not in `holding`. Owed entries belong to nobody and
-/// are not listed.
-async fn own_strays(env: &Env, holding: &[EntryId]) -> BrokerResult<Vec<PendingEntry>> {
-    let mut pending = env
-        .broker
-        .pending(
-            env.stream(),
-            env.group(),
-            EntryId::ZERO,
-            OWN_LIST,
-            Some(&env.consumer),
-        )
-        .await?;
-    let holding: std::collections::HashSet<&EntryId> = holding.iter().collect();
-    pending.retain(|p| p.consumer.is_some() && !holding.contains(&p.id));
-    Ok(pending)
-}
-
-/// Hands `ids` back to the group, owed at once: the next read (of any
-/// consumer) takes them, counted as redeliveries.
-async fn hand_back(env: &Env, ids: &[EntryId]) -> BrokerResult<u64> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    env.broker
-        .retry(
-            env.stream(),
-            env.group(),
-            ids,
-            ruststream_core::Retry::After(Duration::ZERO),
-        )
-        .await
-}
-
-/// Looks at the own pending list for entries another live process with
-/// this consumer name works on: those not in `holding` refreshed within
-/// `window`. With `hand_back_stale`, entries not in `holding` left
-/// unrefreshed longer are handed back to the group (their process is
-/// gone); at start-up the recovery read takes those itself.
-fn look_for_a_twin(
-    env: &Env,
-    holding: Vec<EntryId>,
-    window: Duration,
-    hand_back_stale: bool,
-) -> BrokerFuture<'_, Look> {
-    Box::pin(async move {
-        let strays = own_strays(env, &holding).await?;
-        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
-        let (stale, fresh): (Vec<PendingEntry>, Vec<PendingEntry>) =
-            strays.into_iter().partition(|p| p.idle_ms >= window_ms);
-        let handed_back = if hand_back_stale {
-            let stale: Vec<EntryId> = stale.iter().map(|p| p.id).collect();
-            hand_back(env, &stale).await?
-        } else {
-            0
-        };
-        Ok(Look {
-            fresh: fresh.len(),
-            handed_back,
-        })
-    })
-}
-
-/// The re-check after a failed read: hands back the strays a lost reply
-/// left (see [`hand_back_own_strays`]), then resolves to an empty batch, as
-/// a read that found nothing.
-fn recheck_after_a_lost_read(env: &Env, holding: Vec<EntryId>) -> BrokerFuture<'_, ReadBatch> {
-    Box::pin(async move {
-        let n = hand_back_own_strays(env, &holding).await?;
-        if n > 0 {
-            tracing::warn!(
-                subscriber = env.name,
-                stream = env.stream(),
-                group = env.group(),
-                entries = n,
-                "entries a read whose reply was lost had handed out: handed back"
-            );
-        }
-        Ok(ReadBatch::default())
-    })
 }
 
 /// Recreates a group the broker lost (a server restart without

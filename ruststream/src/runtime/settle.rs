@@ -21,7 +21,8 @@ use ruststream_core::{BrokerError, EntryId, Retry};
 use tokio::sync::Notify;
 
 use super::read::{self, LastRead};
-use super::{Backoff, Env, Metrics};
+use super::{Backoff, Env};
+use crate::metrics::Outcome;
 use crate::observe::Settlement;
 
 /// Outcomes applied per settle batch at most.
@@ -40,6 +41,9 @@ pub(super) enum Decision {
     Copy(EntryId),
     /// Owed again after a delay (zero: an immediate nack).
     After(EntryId, Duration),
+    /// Read but not finished at shutdown: owed again at once, for any
+    /// consumer (the broker call of an immediate nack).
+    HandBack(EntryId),
     Dead(EntryId, String),
     /// Retry on a claiming or reclaim subscription: nothing to tell the
     /// broker, the entry stays pending under its own id until a claiming
@@ -79,7 +83,7 @@ pub(super) struct Outbox {
     ready: Notify,
     closed: AtomicBool,
     /// Signalled by the settler each time outcomes reach the broker: the
-    /// task may then have room to read again (see `Metrics::in_flight`).
+    /// task may then have room to read again (see `Counters::in_flight`).
     pub(super) settled: Notify,
     /// Signalled when the outbox is closed, for a settler waiting out a
     /// backoff.
@@ -161,7 +165,7 @@ pub(super) async fn settle_loop(env: Env, outbox: Arc<Outbox>, last_read: Arc<La
     while outbox.take(&mut batch).await {
         let settled = batch.count;
         batch.apply(&settler).await;
-        env.metrics.add_settled(settled as u64);
+        env.counters.add_settled(settled as u64);
         outbox.settled.notify_one();
     }
 }
@@ -188,6 +192,9 @@ pub(super) struct SettleBatch {
     copies: Vec<EntryId>,
     delayed: Vec<(Duration, EntryId)>,
     dead: Vec<(EntryId, String)>,
+    handed_back: Vec<EntryId>,
+    /// Retries left pending in place (`Decision::Leave`).
+    left: u64,
 }
 
 impl SettleBatch {
@@ -197,8 +204,9 @@ impl SettleBatch {
         match decision {
             Decision::Ack(id) => self.acks.push(id),
             Decision::Copy(id) => self.copies.push(id),
-            Decision::Leave => {}
+            Decision::Leave => self.left += 1,
             Decision::After(id, delay) => self.delayed.push((delay, id)),
+            Decision::HandBack(id) => self.handed_back.push(id),
             Decision::Dead(id, reason) => self.dead.push((id, reason)),
         }
     }
@@ -214,6 +222,8 @@ impl SettleBatch {
         self.copies.append(&mut other.copies);
         self.delayed.append(&mut other.delayed);
         self.dead.append(&mut other.dead);
+        self.handed_back.append(&mut other.handed_back);
+        self.left += std::mem::take(&mut other.left);
     }
 
     /// Applies the batch, in broker calls of at most `SETTLE_BATCH`
@@ -223,30 +233,49 @@ impl SettleBatch {
         let env = settler.env;
         let (stream, group) = (env.stream(), env.group());
         let broker = &*env.broker;
+        let counters = &env.counters;
         self.count = 0;
+        counters.settled_as(Outcome::Retry, std::mem::take(&mut self.left));
         for ids in self.acks.chunks(SETTLE_BATCH) {
             if settle_call(settler, "ack", ids.len(), || broker.ack(stream, group, ids)).await {
-                Metrics::add(&env.metrics.acked, ids.len() as u64);
+                counters.settled_as(Outcome::Ack, ids.len() as u64);
+                counters.signals.settled(ids);
             }
         }
         self.acks.clear();
         for ids in self.copies.chunks(SETTLE_BATCH) {
-            settle_call(settler, "retry (copy)", ids.len(), || {
+            if settle_call(settler, "retry (copy)", ids.len(), || {
                 broker.retry(stream, group, ids, Retry::Copy)
             })
-            .await;
+            .await
+            {
+                counters.settled_as(Outcome::Retry, ids.len() as u64);
+            }
         }
         self.copies.clear();
         self.delayed.sort();
         for run in self.delayed.chunk_by(|a, b| a.0 == b.0) {
             let delay = run[0].0;
             let ids: Vec<EntryId> = run.iter().map(|(_, id)| *id).collect();
-            settle_call(settler, "retry (delay)", ids.len(), || {
+            if settle_call(settler, "retry (delay)", ids.len(), || {
                 broker.retry(stream, group, &ids, Retry::After(delay))
             })
-            .await;
+            .await
+            {
+                counters.settled_as(Outcome::RetryAfter, ids.len() as u64);
+            }
         }
         self.delayed.clear();
+        for ids in self.handed_back.chunks(SETTLE_BATCH) {
+            if settle_call(settler, "hand back", ids.len(), || {
+                broker.retry(stream, group, ids, Retry::After(Duration::ZERO))
+            })
+            .await
+            {
+                counters.settled_as(Outcome::HandedBack, ids.len() as u64);
+            }
+        }
+        self.handed_back.clear();
         // One call per reason (a poison run shares one), ids in order.
         self.dead.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
         for run in self.dead.chunk_by(|a, b| a.1 == b.1) {
@@ -258,7 +287,8 @@ impl SettleBatch {
                 })
                 .await
                 {
-                    Metrics::add(&env.metrics.dead_lettered, ids.len() as u64);
+                    counters.settled_as(Outcome::DeadLetter, ids.len() as u64);
+                    counters.signals.settled(ids);
                 }
             }
         }

@@ -1,11 +1,20 @@
-//! A subscription's counters, and the stats an app reports from them.
+//! A subscription's counters, and the stats an app reports from them. Each
+//! count also goes to the exported metrics (`crate::metrics`), so the two
+//! never disagree.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::metrics::{ErrorKind, Outcome, SubscriptionMetrics};
+use crate::readiness::Signals;
+
 /// Counters of one subscription.
-#[derive(Debug, Default)]
-pub(crate) struct Metrics {
+#[derive(Debug)]
+pub(crate) struct Counters {
+    /// The same counts, exported.
+    pub(super) metrics: SubscriptionMetrics,
+    /// What the readiness checks need.
+    pub(crate) signals: Signals,
     /// Entries received from the broker.
     pub(super) read: AtomicU64,
     /// Entries whose settle decision has been applied (or given up on).
@@ -29,9 +38,55 @@ pub(crate) struct Metrics {
     name_shared: AtomicBool,
 }
 
-impl Metrics {
+impl Counters {
+    /// Counters that also report to `metrics`.
+    pub(crate) fn new(metrics: SubscriptionMetrics) -> Self {
+        Counters {
+            metrics,
+            signals: Signals::new(),
+            read: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            retried: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            panicked: AtomicU64::new(0),
+            handed_back: AtomicU64::new(0),
+            handler_nanos: AtomicU64::new(0),
+            handler_max_nanos: AtomicU64::new(0),
+            failure: std::sync::Mutex::new(None),
+            held: AtomicU64::new(0),
+            name_shared: AtomicBool::new(false),
+        }
+    }
+
     pub(super) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` entries were settled at the broker with `outcome` (or, for
+    /// `HandedBack`, handed back unstarted).
+    pub(super) fn settled_as(&self, outcome: Outcome, n: u64) {
+        match outcome {
+            Outcome::Ack => Self::add(&self.acked, n),
+            Outcome::DeadLetter => Self::add(&self.dead_lettered, n),
+            Outcome::HandedBack => Self::add(&self.handed_back, n),
+            // Retries count when decided (`retried`), as the stats always
+            // have.
+            Outcome::Retry | Outcome::RetryAfter => {}
+        }
+        self.metrics.settled(outcome, n);
+    }
+
+    /// A handler failed this way.
+    pub(super) fn handler_failed(&self, kind: ErrorKind) {
+        match kind {
+            ErrorKind::Error => Self::add(&self.failed, 1),
+            ErrorKind::Panic => Self::add(&self.panicked, 1),
+            ErrorKind::Decode => {}
+        }
+        self.metrics.handler_error(kind);
     }
 
     /// Adds handler calls that took `total` nanoseconds together, the
@@ -85,6 +140,7 @@ impl Metrics {
     /// Counts entries received from the broker.
     pub(super) fn add_read(&self, n: u64) {
         self.read.fetch_add(n, Ordering::SeqCst);
+        self.metrics.received(n);
     }
 
     /// Counts entries whose decisions the broker has confirmed (or that

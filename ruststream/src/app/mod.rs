@@ -3,17 +3,22 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ruststream_core::{Broker, BrokerError, Counts, EntryId, NameKind, check_name};
-use tokio::sync::watch;
+use ruststream_core::Broker;
 use tokio::task::JoinHandle;
 
+use crate::admin::AdminOptions;
+pub use crate::admin::{ADMIN_ADDR_VAR, ADMIN_TOKEN_VAR};
 use crate::observe::Observer;
-use crate::running::{Running, RunningSubscription};
-use crate::runtime::{self, Env, Metrics};
-use crate::{Publisher, ReplyTarget, Subscriber, SubscriberInfo, Subscription};
+use crate::readiness::ReadinessOptions;
+use crate::runtime::{self, Env};
+use crate::{ReplyTarget, Subscriber, SubscriberInfo, Subscription};
+
+mod error;
+mod start;
+
+pub use error::StartError;
 
 /// The name and version of an app, for logs and consumer bookkeeping.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,6 +124,8 @@ pub struct RustStream {
     instance: Option<String>,
     keep_alive: Duration,
     prune_idle_consumers: Option<Duration>,
+    readiness: ReadinessOptions,
+    admin: Option<AdminOptions>,
 }
 
 impl fmt::Debug for RustStream {
@@ -182,6 +189,8 @@ impl RustStream {
             instance: None,
             keep_alive: DEFAULT_KEEP_ALIVE,
             prune_idle_consumers: None,
+            readiness: ReadinessOptions::default(),
+            admin: None,
         }
     }
 
@@ -248,6 +257,70 @@ impl RustStream {
     pub fn prune_idle_consumers(mut self, idle: Duration) -> Self {
         self.prune_idle_consumers = Some(idle);
         self
+    }
+
+    /// The bounds [`Running::readiness`](crate::Running::readiness) judges
+    /// by (reads failing, handler deadline, poison loops).
+    ///
+    /// ```
+    /// use ruststream::prelude::*;
+    /// use ruststream::ReadinessOptions;
+    ///
+    /// let app = RustStream::new(AppInfo::new("payments", "0.1.0")).readiness(ReadinessOptions {
+    ///     handler_deadline: Duration::from_secs(60),
+    ///     ..ReadinessOptions::default()
+    /// });
+    /// # let _ = app;
+    /// ```
+    pub fn readiness(mut self, options: ReadinessOptions) -> Self {
+        self.readiness = options;
+        self
+    }
+
+    /// Serves the admin endpoint on `addr` while the app runs: Prometheus
+    /// metrics, liveness and readiness, the subscribers, and group routes
+    /// (see `docs/operations.md`). Bind it to loopback unless something in
+    /// front of it controls access. Write routes (redrive, discard) are off
+    /// unless [`RustStream::admin_token`] sets a token.
+    ///
+    /// `#[ruststream::app]` binaries (and [`run_main`](crate::run_main))
+    /// also serve it when [`ADMIN_ADDR_VAR`] is set (`PORT` means
+    /// `127.0.0.1:PORT`), with the token from [`ADMIN_TOKEN_VAR`].
+    ///
+    /// ```
+    /// use ruststream::prelude::*;
+    ///
+    /// let app = RustStream::new(AppInfo::new("payments", "0.1.0"))
+    ///     .admin(([127, 0, 0, 1], 9464).into());
+    /// # let _ = app;
+    /// ```
+    pub fn admin(mut self, addr: std::net::SocketAddr) -> Self {
+        let token = self.admin.take().and_then(|a| a.token);
+        self.admin = Some(AdminOptions { addr, token });
+        self
+    }
+
+    /// The token the admin endpoint's write routes require, sent as
+    /// `Authorization: Bearer <token>`; without one they are off.
+    pub fn admin_token(mut self, token: impl Into<String>) -> Self {
+        if let Some(admin) = &mut self.admin {
+            admin.token = Some(token.into());
+        } else {
+            tracing::warn!("admin_token without admin(addr): no endpoint to protect");
+        }
+        self
+    }
+
+    /// Serves the admin endpoint if [`ADMIN_ADDR_VAR`] asks for one (and
+    /// none was set in code): what `run_main` does.
+    pub(crate) fn admin_from_env(mut self) -> Result<Self, String> {
+        if self.admin.is_some() {
+            return Ok(self);
+        }
+        if let Some(admin) = AdminOptions::from_env()? {
+            self.admin = Some(admin);
+        }
+        Ok(self)
     }
 
     /// Adds a broker and the subscribers it runs.
@@ -318,87 +391,6 @@ impl RustStream {
         self
     }
 
-    /// Validates every subscription, creates the groups and starts reading.
-    ///
-    /// Nothing is read unless every subscription can be served: a missing
-    /// group name, bad options, or a read mode the broker cannot serve stop
-    /// the start with an error naming the subscriber.
-    pub async fn start(self) -> Result<Running, StartError> {
-        let instance = self
-            .instance
-            .clone()
-            .or_else(|| std::env::var(INSTANCE_VAR).ok())
-            .filter(|name| !name.is_empty());
-        let mut plans = Vec::new();
-        for setup in &self.brokers {
-            for included in &setup.subscribers {
-                let plan = Plan::new(setup, included, instance.as_deref())?;
-                setup
-                    .broker
-                    .check_mode(plan.subscription.stream.read_mode())
-                    .await
-                    .map_err(|source| StartError::Unsupported {
-                        subscriber: plan.describe(),
-                        source,
-                    })?;
-                plans.push(plan);
-            }
-        }
-        let mut floors = Vec::with_capacity(plans.len());
-        for plan in &plans {
-            floors.push(plan.prepare_group().await?);
-        }
-        let (signal, watch) = watch::channel(None);
-        let mut tasks = Vec::new();
-        let mut subscriptions = Vec::new();
-        for (plan, resume_floor) in plans.into_iter().zip(floors) {
-            let metrics = Arc::new(Metrics::default());
-            let env = Env {
-                broker: Arc::clone(&plan.broker),
-                publisher: Publisher::new(Arc::clone(&plan.broker)),
-                consumer: plan.consumer.clone(),
-                name: plan.info.name,
-                subscription: plan.subscription.clone(),
-                reply: plan.reply.clone(),
-                shutdown: watch.clone(),
-                metrics: Arc::clone(&metrics),
-                observer: self.observer.clone(),
-                resume_floor,
-                keep_alive: self.keep_alive,
-                prune_idle_consumers: self.prune_idle_consumers,
-            };
-            tracing::info!(
-                subscriber = plan.info.name,
-                stream = plan.subscription.stream.stream_name(),
-                group = plan.group(),
-                consumer = %plan.consumer,
-                workers = plan.subscription.workers,
-                replies = plan.runner.replies(),
-                "subscriber started"
-            );
-            tasks.push(Arc::clone(&plan.runner).spawn(env));
-            subscriptions.push(RunningSubscription {
-                info: plan.info,
-                subscription: plan.subscription,
-                consumer: plan.consumer,
-                broker: plan.broker,
-                metrics,
-            });
-        }
-        let publisher = self
-            .brokers
-            .first()
-            .map(|b| Publisher::new(Arc::clone(&b.broker)));
-        Ok(Running {
-            info: self.info,
-            signal,
-            tasks,
-            subscriptions,
-            publisher,
-            shutdown_deadline: self.shutdown_deadline,
-        })
-    }
-
     /// Starts the app, runs until `stop` resolves, then shuts down
     /// gracefully within the shutdown deadline.
     pub async fn run_until(self, stop: impl Future<Output = ()>) -> Result<(), StartError> {
@@ -445,179 +437,6 @@ pub async fn termination() {
     ctrl_c.await;
 }
 
-static NEXT_CONSUMER: AtomicUsize = AtomicUsize::new(0);
-
 /// The environment variable naming an app's instance when
 /// [`RustStream::instance`] is not called.
 pub const INSTANCE_VAR: &str = "RUSTSTREAM_INSTANCE";
-
-/// A subscriber ready to start.
-struct Plan {
-    broker: Arc<dyn Broker>,
-    runner: Arc<dyn Runner>,
-    info: SubscriberInfo,
-    subscription: Subscription,
-    reply: ReplyTarget,
-    consumer: String,
-}
-
-impl Plan {
-    fn new(
-        setup: &BrokerSetup,
-        included: &Included,
-        instance: Option<&str>,
-    ) -> Result<Self, StartError> {
-        let info = included.runner.info();
-        let subscription = included.runner.subscription();
-        let invalid = |detail: String| StartError::Invalid {
-            subscriber: describe(&info, &subscription),
-            detail,
-        };
-        let Some(group) = subscription.stream.group_name() else {
-            return Err(invalid(
-                "it names no consumer group: add .group(\"name\") to its stream descriptor".into(),
-            ));
-        };
-        // The names' rules live in one place, the core; every broker checks
-        // them again on each call.
-        let names = check_name(NameKind::Stream, subscription.stream.stream_name())
-            .and_then(|()| check_name(NameKind::Group, group))
-            .and_then(|()| {
-                subscription
-                    .stream
-                    .consumer_name()
-                    .map_or(Ok(()), |c| check_name(NameKind::Consumer, c))
-            });
-        if let Err(error) = names {
-            return Err(invalid(error.to_string()));
-        }
-        if let ReplyTarget::Stream(stream) = &included.reply
-            && let Err(error) = check_name(NameKind::Stream, stream)
-        {
-            return Err(invalid(format!("its replies go to a bad stream: {error}")));
-        }
-        // The counts' rules live in the core, where the macro applies them
-        // to literals at compile time.
-        let counts = Counts {
-            workers: subscription.workers as u64,
-            prefetch: subscription.prefetch.map(|p| p as u64),
-            max_deliveries: subscription.max_deliveries.map(u64::from),
-        };
-        if let Err(detail) = counts.validate() {
-            return Err(invalid(detail));
-        }
-        let consumer = match subscription.stream.consumer_name() {
-            Some(name) => name.to_owned(),
-            None => {
-                let n = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
-                let generated = match instance {
-                    Some(instance) => format!("{instance}-ruststream-{n}"),
-                    None => format!("ruststream-{n}"),
-                };
-                if let Err(error) = check_name(NameKind::Consumer, &generated) {
-                    return Err(invalid(format!(
-                        "the instance name makes a bad consumer name: {error}"
-                    )));
-                }
-                generated
-            }
-        };
-        Ok(Plan {
-            broker: Arc::clone(&setup.broker),
-            runner: Arc::clone(&included.runner),
-            info,
-            subscription,
-            reply: included.reply.clone(),
-            consumer,
-        })
-    }
-
-    fn group(&self) -> &str {
-        self.subscription.stream.group_name().unwrap_or_default()
-    }
-
-    fn describe(&self) -> String {
-        describe(&self.info, &self.subscription)
-    }
-
-    /// Creates the group if needed, moves its cursor if asked, and returns
-    /// the group's last delivered id: the point a group lost later (a
-    /// server restart) is recreated from, until the subscription reads
-    /// past it.
-    async fn prepare_group(&self) -> Result<EntryId, StartError> {
-        let stream = self.subscription.stream.stream_name();
-        let failed = |source| StartError::Broker {
-            subscriber: self.describe(),
-            source,
-        };
-        let created = self
-            .broker
-            .ensure_group(stream, self.group(), self.subscription.stream.start())
-            .await
-            .map_err(failed)?;
-        if created {
-            tracing::info!(stream, group = self.group(), "consumer group created");
-        }
-        if let Some(position) = self.subscription.stream.moved_to() {
-            self.broker
-                .set_group_position(stream, self.group(), position)
-                .await
-                .map_err(failed)?;
-            tracing::info!(
-                stream,
-                group = self.group(),
-                ?position,
-                "group cursor moved (start_at)"
-            );
-        }
-        let info = self
-            .broker
-            .group_info(stream, self.group())
-            .await
-            .map_err(failed)?;
-        Ok(info.last_delivered)
-    }
-}
-
-fn describe(info: &SubscriberInfo, subscription: &Subscription) -> String {
-    format!(
-        "subscriber `{}` ({}:{}, stream {:?}, group {:?})",
-        info.name,
-        info.file,
-        info.line,
-        subscription.stream.stream_name(),
-        subscription.stream.group_name().unwrap_or("<none>"),
-    )
-}
-
-/// Why an app did not start. Each names the subscriber concerned.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StartError {
-    /// A subscription is misconfigured.
-    #[error("{subscriber} cannot start: {detail}")]
-    Invalid {
-        /// The subscriber, where it was written and what it reads.
-        subscriber: String,
-        /// What is wrong and how to fix it.
-        detail: String,
-    },
-    /// The broker cannot serve the subscription's read mode.
-    #[error("{subscriber} cannot start: {source}")]
-    Unsupported {
-        /// The subscriber, where it was written and what it reads.
-        subscriber: String,
-        /// The broker's explanation.
-        #[source]
-        source: BrokerError,
-    },
-    /// The broker failed while the subscription was being prepared.
-    #[error("{subscriber} cannot start: {source}")]
-    Broker {
-        /// The subscriber, where it was written and what it reads.
-        subscriber: String,
-        /// The broker's error.
-        #[source]
-        source: BrokerError,
-    },
-}

@@ -1,0 +1,300 @@
+//! Starting an app: each included subscriber is checked and planned (its
+//! consumer name, its group), its group prepared, and its task spawned,
+//! with the app's own tasks (the group gauges).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ruststream_core::{Broker, Counts, EntryId, NameKind, check_name};
+use tokio::sync::watch;
+
+use super::{BrokerSetup, INSTANCE_VAR, Included, Runner, RustStream, StartError};
+use crate::admin;
+use crate::group_poll::{self, PolledGroup};
+use crate::metrics::GroupGauges;
+use crate::running::{AppView, Running, RunningSubscription};
+use crate::runtime::{Counters, Env};
+use crate::{Publisher, ReplyTarget, SubscriberInfo, Subscription};
+
+static NEXT_CONSUMER: AtomicUsize = AtomicUsize::new(0);
+
+impl RustStream {
+    /// Validates every subscription, creates the groups and starts reading.
+    ///
+    /// Nothing is read unless every subscription can be served: a missing
+    /// group name, bad options, or a read mode the broker cannot serve stop
+    /// the start with an error naming the subscriber.
+    pub async fn start(self) -> Result<Running, StartError> {
+        let instance = self
+            .instance
+            .clone()
+            .or_else(|| std::env::var(INSTANCE_VAR).ok())
+            .filter(|name| !name.is_empty());
+        let mut plans = Vec::new();
+        for setup in &self.brokers {
+            for included in &setup.subscribers {
+                let plan = Plan::new(setup, included, instance.as_deref())?;
+                setup
+                    .broker
+                    .check_mode(plan.subscription.stream.read_mode())
+                    .await
+                    .map_err(|source| StartError::Unsupported {
+                        subscriber: plan.describe(),
+                        source,
+                    })?;
+                plans.push(plan);
+            }
+        }
+        let admin = match &self.admin {
+            Some(options) => {
+                // Before any metrics handle is registered: handles made
+                // without a recorder record nothing, ever.
+                if let Err(message) = admin::prometheus() {
+                    tracing::warn!(message, "the admin endpoint serves no metrics");
+                }
+                let listener = admin::bind(options)
+                    .await
+                    .map_err(|source| StartError::Admin {
+                        addr: options.addr,
+                        source,
+                    })?;
+                Some((listener, options.token.clone()))
+            }
+            None => None,
+        };
+        let mut floors = Vec::with_capacity(plans.len());
+        for plan in &plans {
+            floors.push(plan.prepare_group().await?);
+        }
+        crate::metrics::describe();
+        let (signal, watch) = watch::channel(None);
+        let mut tasks = Vec::new();
+        let mut polled: Vec<PolledGroup> = Vec::new();
+        for plan in &plans {
+            let (stream, group) = (plan.subscription.stream.stream_name(), plan.group());
+            let known = polled.iter().any(|p| {
+                Arc::ptr_eq(&p.broker, &plan.broker) && p.stream == stream && p.group == group
+            });
+            if !known {
+                polled.push(PolledGroup {
+                    broker: Arc::clone(&plan.broker),
+                    stream: stream.to_owned(),
+                    group: group.to_owned(),
+                    gauges: GroupGauges::new(self.info.name(), stream, group),
+                });
+            }
+        }
+        tasks.push(tokio::spawn(group_poll::poll_groups(polled, watch.clone())));
+        let mut subscriptions = Vec::new();
+        for (plan, resume_floor) in plans.into_iter().zip(floors) {
+            let labels = crate::metrics::subscription_labels(
+                self.info.name(),
+                plan.info.name,
+                plan.subscription.stream.stream_name(),
+                plan.group(),
+            );
+            let counters = Arc::new(Counters::new(crate::metrics::SubscriptionMetrics::new(
+                &labels,
+            )));
+            let env = Env {
+                broker: Arc::clone(&plan.broker),
+                publisher: Publisher::new(Arc::clone(&plan.broker)).for_app(self.info.name()),
+                consumer: plan.consumer.clone(),
+                name: plan.info.name,
+                subscription: plan.subscription.clone(),
+                reply: plan.reply.clone(),
+                shutdown: watch.clone(),
+                counters: Arc::clone(&counters),
+                observer: self.observer.clone(),
+                resume_floor,
+                keep_alive: self.keep_alive,
+                prune_idle_consumers: self.prune_idle_consumers,
+                readiness: self.readiness,
+            };
+            tracing::info!(
+                subscriber = plan.info.name,
+                stream = plan.subscription.stream.stream_name(),
+                group = plan.group(),
+                consumer = %plan.consumer,
+                workers = plan.subscription.workers,
+                replies = plan.runner.replies(),
+                "subscriber started"
+            );
+            tasks.push(Arc::clone(&plan.runner).spawn(env));
+            subscriptions.push(RunningSubscription {
+                info: plan.info,
+                subscription: plan.subscription,
+                consumer: plan.consumer,
+                broker: plan.broker,
+                counters,
+            });
+        }
+        let publisher = self
+            .brokers
+            .first()
+            .map(|b| Publisher::new(Arc::clone(&b.broker)).for_app(self.info.name()));
+        let view = Arc::new(AppView {
+            info: self.info,
+            subscriptions,
+            brokers: self.brokers.iter().map(|b| Arc::clone(&b.broker)).collect(),
+            readiness: self.readiness,
+        });
+        let mut admin_addr = None;
+        if let Some((listener, token)) = admin {
+            admin_addr = listener.local_addr().ok();
+            tracing::info!(addr = ?admin_addr, writes = token.is_some(), "admin endpoint listening");
+            let state = admin::AdminState {
+                view: Arc::clone(&view),
+                token,
+            };
+            tasks.push(admin::serve(listener, state, watch.clone()));
+        }
+        Ok(Running {
+            view,
+            signal,
+            tasks,
+            publisher,
+            shutdown_deadline: self.shutdown_deadline,
+            admin_addr,
+        })
+    }
+}
+
+/// A subscriber ready to start.
+struct Plan {
+    broker: Arc<dyn Broker>,
+    runner: Arc<dyn Runner>,
+    info: SubscriberInfo,
+    subscription: Subscription,
+    reply: ReplyTarget,
+    consumer: String,
+}
+
+impl Plan {
+    fn new(
+        setup: &BrokerSetup,
+        included: &Included,
+        instance: Option<&str>,
+    ) -> Result<Self, StartError> {
+        let info = included.runner.info();
+        let subscription = included.runner.subscription();
+        let invalid = |detail: String| StartError::Invalid {
+            subscriber: describe(&info, &subscription),
+            detail,
+        };
+        let Some(group) = subscription.stream.group_name() else {
+            return Err(invalid(
+                "it names no consumer group: add .group(\"name\") to its stream descriptor".into(),
+            ));
+        };
+        // The names' rules live in one place, the core; every broker checks
+        // them again on each call.
+        let names = check_name(NameKind::Stream, subscription.stream.stream_name())
+            .and_then(|()| check_name(NameKind::Group, group))
+            .and_then(|()| {
+                subscription
+                    .stream
+                    .consumer_name()
+                    .map_or(Ok(()), |c| check_name(NameKind::Consumer, c))
+            });
+        if let Err(error) = names {
+            return Err(invalid(error.to_string()));
+        }
+        if let ReplyTarget::Stream(stream) = &included.reply
+            && let Err(error) = check_name(NameKind::Stream, stream)
+        {
+            return Err(invalid(format!("its replies go to a bad stream: {error}")));
+        }
+        // The counts' rules live in the core, where the macro applies them
+        // to literals at compile time.
+        let counts = Counts {
+            workers: subscription.workers as u64,
+            prefetch: subscription.prefetch.map(|p| p as u64),
+            max_deliveries: subscription.max_deliveries.map(u64::from),
+        };
+        if let Err(detail) = counts.validate() {
+            return Err(invalid(detail));
+        }
+        let consumer = match subscription.stream.consumer_name() {
+            Some(name) => name.to_owned(),
+            None => {
+                let n = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
+                let generated = match instance {
+                    Some(instance) => format!("{instance}-ruststream-{n}"),
+                    None => format!("ruststream-{n}"),
+                };
+                if let Err(error) = check_name(NameKind::Consumer, &generated) {
+                    return Err(invalid(format!(
+                        "the instance name makes a bad consumer name: {error}"
+                    )));
+                }
+                generated
+            }
+        };
+        Ok(Plan {
+            broker: Arc::clone(&setup.broker),
+            runner: Arc::clone(&included.runner),
+            info,
+            subscription,
+            reply: included.reply.clone(),
+            consumer,
+        })
+    }
+
+    fn group(&self) -> &str {
+        self.subscription.stream.group_name().unwrap_or_default()
+    }
+
+    fn describe(&self) -> String {
+        describe(&self.info, &self.subscription)
+    }
+
+    /// Creates the group if needed, moves its cursor if asked, and returns
+    /// the group's last delivered id: the point a group lost later (a
+    /// server restart) is recreated from, until the subscription reads
+    /// past it.
+    async fn prepare_group(&self) -> Result<EntryId, StartError> {
+        let stream = self.subscription.stream.stream_name();
+        let failed = |source| StartError::Broker {
+            subscriber: self.describe(),
+            source,
+        };
+        let created = self
+            .broker
+            .ensure_group(stream, self.group(), self.subscription.stream.start())
+            .await
+            .map_err(failed)?;
+        if created {
+            tracing::info!(stream, group = self.group(), "consumer group created");
+        }
+        if let Some(position) = self.subscription.stream.moved_to() {
+            self.broker
+                .set_group_position(stream, self.group(), position)
+                .await
+                .map_err(failed)?;
+            tracing::info!(
+                stream,
+                group = self.group(),
+                ?position,
+                "group cursor moved (start_at)"
+            );
+        }
+        let info = self
+            .broker
+            .group_info(stream, self.group())
+            .await
+            .map_err(failed)?;
+        Ok(info.last_delivered)
+    }
+}
+
+fn describe(info: &SubscriberInfo, subscription: &Subscription) -> String {
+    format!(
+        "subscriber `{}` ({}:{}, stream {:?}, group {:?})",
+        info.name,
+        info.file,
+        info.line,
+        subscription.stream.stream_name(),
+        subscription.stream.group_name().unwrap_or("<none>"),
+    )
+}

@@ -1,0 +1,234 @@
+//! The consumer's own pending list, looked at beside the reads: what a
+//! read must not leave behind, and what another process with the same
+//! consumer name holds.
+//!
+//! - At start-up, and then every live window while another live process
+//!   seems to share the consumer name, the subscription lists its own
+//!   pending entries: fresh ones it does not hold are that process's (it
+//!   warns once, and looks again); at a later look, stale ones are handed
+//!   back to the group ([`TwinWatch`], `docs/guarantees.md`, "Shared
+//!   consumer names").
+//! - After a failed read on a `new` subscription, and at shutdown, entries
+//!   pending under the consumer that its lanes do not hold are handed back
+//!   ([`hand_back_own_strays`]).
+
+use std::pin::Pin;
+use std::task::Context;
+use std::time::Duration;
+
+use ruststream_core::{BrokerFuture, BrokerResult, EntryId, PendingEntry, ReadBatch};
+
+use super::Env;
+
+/// When the reader looks at its own pending list for entries a live
+/// process sharing its consumer name works on.
+pub(super) enum TwinLook {
+    /// Before the first read.
+    AtStart,
+    /// Fresh entries were seen: look again when this fires.
+    Armed(Pin<Box<tokio::time::Sleep>>),
+    /// Look again as soon as every decision made has landed.
+    Due,
+    /// Nothing to watch.
+    Off,
+}
+
+/// What one look at the own pending list found.
+pub(super) struct Look {
+    /// Entries refreshed within the live window that this subscription
+    /// does not hold: another live process works on them.
+    fresh: usize,
+    /// Entries left unrefreshed longer, handed back to the group.
+    handed_back: u64,
+}
+
+/// The watch for another live process sharing the consumer name.
+pub(super) struct TwinWatch {
+    pub(super) state: TwinLook,
+    /// How recently a claim must have been refreshed to count as live.
+    pub(super) window: Duration,
+    /// Whether a live process sharing the name was warned about.
+    warned: bool,
+}
+
+impl TwinWatch {
+    pub(super) fn new(window: Duration) -> Self {
+        TwinWatch {
+            state: TwinLook::AtStart,
+            window,
+            warned: false,
+        }
+    }
+
+    /// Whether the timer of the next look fired (the look is then due).
+    pub(super) fn poll_due(&mut self, cx: &mut Context<'_>) -> bool {
+        if let TwinLook::Armed(timer) = &mut self.state
+            && timer.as_mut().poll(cx).is_ready()
+        {
+            self.state = TwinLook::Due;
+            return true;
+        }
+        false
+    }
+
+    /// Takes in what a look at the own pending list found: warns (once)
+    /// about a live process that seems to share the consumer name, and
+    /// looks again after the live window while it holds entries.
+    pub(super) fn looked(&mut self, env: &Env, result: BrokerResult<Look>) {
+        let window = self.window;
+        let look_again = match result {
+            Ok(look) => {
+                if look.handed_back > 0 {
+                    tracing::warn!(
+                        subscriber = env.name,
+                        stream = env.stream(),
+                        group = env.group(),
+                        consumer = %env.consumer,
+                        entries = look.handed_back,
+                        "entries under this consumer name were left unrefreshed for the live window: handed back to the group"
+                    );
+                }
+                if look.fresh > 0 && !self.warned {
+                    self.warned = true;
+                    tracing::warn!(
+                        subscriber = env.name,
+                        stream = env.stream(),
+                        group = env.group(),
+                        consumer = %env.consumer,
+                        entries = look.fresh,
+                        live_window = ?window,
+                        "entries pending under this consumer name were worked on within the live window: another live process seems to use the name (name instances with RustStream::instance or RUSTSTREAM_INSTANCE); they are left to it and looked at again once the window has passed"
+                    );
+                } else if look.fresh == 0 && self.warned {
+                    self.warned = false;
+                    tracing::info!(
+                        subscriber = env.name,
+                        consumer = %env.consumer,
+                        "no entries under this consumer name are worked on elsewhere any more"
+                    );
+                }
+                env.counters.set_name_shared(look.fresh > 0);
+                look.fresh > 0
+            }
+            Err(error) => {
+                tracing::warn!(
+                    subscriber = env.name,
+                    stream = env.stream(),
+                    group = env.group(),
+                    consumer = %env.consumer,
+                    %error,
+                    "could not list the own pending entries; looking again once the live window has passed"
+                );
+                true
+            }
+        };
+        if look_again {
+            self.state = TwinLook::Armed(Box::pin(tokio::time::sleep(window)));
+        }
+    }
+}
+
+/// Most entries a look at the own pending list takes in (the own pending
+/// list of a `new` subscription is at most its read-ahead, plus what a
+/// lost read handed out).
+const OWN_LIST: usize = 10_000;
+
+/// Lists the consumer's own pending entries (a listing, which counts no
+/// delivery) and hands back, owed at once, those held by it and not in
+/// `holding`: entries a read handed out that nothing here will settle.
+/// Returns how many were handed back. Used by the re-check after a failed
+/// read and by the last look at shutdown.
+pub(super) async fn hand_back_own_strays(env: &Env, holding: &[EntryId]) -> BrokerResult<u64> {
+    let strays: Vec<EntryId> = own_strays(env, holding)
+        .await?
+        .iter()
+        .map(|p| p.id)
+        .collect();
+    hand_back(env, &strays).await
+}
+
+/// The consumer's own pending entries (a listing, which counts no
+/// delivery) that are not in `holding`. Owed entries belong to nobody and
+/// are not listed.
+async fn own_strays(env: &Env, holding: &[EntryId]) -> BrokerResult<Vec<PendingEntry>> {
+    let mut pending = env
+        .broker
+        .pending(
+            env.stream(),
+            env.group(),
+            EntryId::ZERO,
+            OWN_LIST,
+            Some(&env.consumer),
+        )
+        .await?;
+    let holding: std::collections::HashSet<&EntryId> = holding.iter().collect();
+    pending.retain(|p| p.consumer.is_some() && !holding.contains(&p.id));
+    Ok(pending)
+}
+
+/// Hands `ids` back to the group, owed at once: the next read (of any
+/// consumer) takes them, counted as redeliveries.
+async fn hand_back(env: &Env, ids: &[EntryId]) -> BrokerResult<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    env.broker
+        .retry(
+            env.stream(),
+            env.group(),
+            ids,
+            ruststream_core::Retry::After(Duration::ZERO),
+        )
+        .await
+}
+
+/// Looks at the own pending list for entries another live process with
+/// this consumer name works on: those not in `holding` refreshed within
+/// `window`. With `hand_back_stale`, entries not in `holding` left
+/// unrefreshed longer are handed back to the group (their process is
+/// gone); at start-up the recovery read takes those itself.
+pub(super) fn look_for_a_twin(
+    env: &Env,
+    holding: Vec<EntryId>,
+    window: Duration,
+    hand_back_stale: bool,
+) -> BrokerFuture<'_, Look> {
+    Box::pin(async move {
+        let strays = own_strays(env, &holding).await?;
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        let (stale, fresh): (Vec<PendingEntry>, Vec<PendingEntry>) =
+            strays.into_iter().partition(|p| p.idle_ms >= window_ms);
+        let handed_back = if hand_back_stale {
+            let stale: Vec<EntryId> = stale.iter().map(|p| p.id).collect();
+            hand_back(env, &stale).await?
+        } else {
+            0
+        };
+        Ok(Look {
+            fresh: fresh.len(),
+            handed_back,
+        })
+    })
+}
+
+/// The re-check after a failed read: hands back the strays a lost reply
+/// left (see [`hand_back_own_strays`]), then resolves to an empty batch, as
+/// a read that found nothing.
+pub(super) fn recheck_after_a_lost_read(
+    env: &Env,
+    holding: Vec<EntryId>,
+) -> BrokerFuture<'_, ReadBatch> {
+    Box::pin(async move {
+        let n = hand_back_own_strays(env, &holding).await?;
+        if n > 0 {
+            tracing::warn!(
+                subscriber = env.name,
+                stream = env.stream(),
+                group = env.group(),
+                entries = n,
+                "entries a read whose reply was lost had handed out: handed back"
+            );
+        }
+        Ok(ReadBatch::default())
+    })
+}

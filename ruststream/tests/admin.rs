@@ -1,0 +1,354 @@
+//! The admin endpoint, through a real HTTP client against a running app:
+//! metrics after a scenario, liveness and readiness, the subscribers, the
+//! group routes, the token on write routes, and JSON errors for bad
+//! requests.
+//!
+//! Real sockets need tokio's real clock: these tests wait for conditions
+//! with a bounded poll, never for a fixed time.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use ruststream::prelude::*;
+use serde_json::Value;
+
+#[derive(Debug, Deserialize)]
+struct Job {
+    n: u32,
+}
+
+/// Acks even numbers, always fails on 5 (dead-lettered at the attempt
+/// bound, after 3 deliveries), fails the other odd ones once.
+#[subscriber(RedisStream::new("admin-jobs").group("g").start_id(StreamStart::Beginning), max_deliveries(3))]
+async fn jobs(job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
+    if job.n.is_multiple_of(2) {
+        return Ok(());
+    }
+    if job.n == 5 || ctx.delivery_count() == 0 {
+        return Err(format!("job {} failed", job.n));
+    }
+    Ok(())
+}
+
+const TOKEN: &str = "s3cret";
+
+async fn start(app_name: &str, token: Option<&str>) -> (MemoryBroker, ruststream::Running, String) {
+    let broker = MemoryBroker::new();
+    let mut app = RustStream::new(AppInfo::new(app_name, "0"))
+        .admin(([127, 0, 0, 1], 0).into())
+        .with_broker(broker.clone(), |b| {
+            b.include(jobs);
+        });
+    if let Some(token) = token {
+        app = app.admin_token(token);
+    }
+    let running = app.start().await.unwrap();
+    let base = format!("http://{}", running.admin_addr().unwrap());
+    (broker, running, base)
+}
+
+async fn publish(broker: &MemoryBroker, n: std::ops::Range<u32>) {
+    for n in n {
+        let payload = serde_json::to_vec(&serde_json::json!({ "n": n })).unwrap();
+        broker
+            .publish("admin-jobs", ruststream::Message::new(payload))
+            .await
+            .unwrap();
+    }
+}
+
+/// Polls `cond` every 10 ms for up to 10 s.
+async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    for _ in 0..1_000 {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+async fn get(url: &str) -> (StatusCode, String) {
+    let response = reqwest::get(url).await.unwrap();
+    let status = response.status();
+    (status, response.text().await.unwrap())
+}
+
+async fn get_json(url: &str) -> (StatusCode, Value) {
+    let (status, body) = get(url).await;
+    let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{url}: {e}: {body}"));
+    (status, json)
+}
+
+/// The value of the sample of `metric` whose labels include all of
+/// `labels`, from Prometheus text.
+fn sample(text: &str, metric: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(metric) && !l.starts_with('#'))
+        .filter(|l| l[metric.len()..].starts_with('{') || l[metric.len()..].starts_with(' '))
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_count_a_scenario_by_outcome_and_kind() {
+    let (broker, app, base) = start("admin-metrics", None).await;
+    // 0..10: evens acked at once (5 deliveries), 1 3 7 9 fail once then
+    // ack (8), 5 fails 3 times and is dead-lettered (3).
+    publish(&broker, 0..10).await;
+    let app_label = r#"app="admin-metrics""#;
+    let text = || async { get(&format!("{base}/metrics")).await.1 };
+    until("all settled in the metrics", async || {
+        let t = text().await;
+        sample(
+            &t,
+            "ruststream_settled_total",
+            &[app_label, r#"outcome="ack""#],
+        ) == Some(9.0)
+            && sample(
+                &t,
+                "ruststream_settled_total",
+                &[app_label, r#"outcome="dead_letter""#],
+            ) == Some(1.0)
+    })
+    .await;
+    let t = text().await;
+    let at = |metric: &str, extra: &[&str]| {
+        let mut labels = vec![
+            app_label,
+            r#"subscriber="jobs""#,
+            r#"stream="admin-jobs""#,
+            r#"group="g""#,
+        ];
+        labels.extend_from_slice(extra);
+        sample(&t, metric, &labels)
+    };
+    assert_eq!(at("ruststream_received_total", &[]), Some(16.0), "{t}");
+    assert_eq!(
+        at("ruststream_settled_total", &[r#"outcome="retry""#]),
+        Some(7.0)
+    );
+    assert_eq!(
+        at("ruststream_handler_errors_total", &[r#"kind="error""#]),
+        Some(7.0)
+    );
+    assert_eq!(
+        at("ruststream_handler_errors_total", &[r#"kind="panic""#]),
+        Some(0.0)
+    );
+    assert_eq!(
+        at("ruststream_handler_duration_seconds_count", &[]),
+        Some(16.0)
+    );
+    assert_eq!(at("ruststream_in_flight", &[]), Some(0.0));
+    assert!(t.contains("# HELP ruststream_received_total"), "{t}");
+    // The group gauges, polled every few seconds.
+    until("group gauges", async || {
+        let t = text().await;
+        sample(
+            &t,
+            "ruststream_group_dead_letters",
+            &[app_label, r#"group="g""#],
+        ) == Some(1.0)
+    })
+    .await;
+    let t = text().await;
+    assert_eq!(
+        sample(&t, "ruststream_group_pending", &[app_label]),
+        Some(0.0)
+    );
+    assert_eq!(sample(&t, "ruststream_group_lag", &[app_label]), Some(0.0));
+    assert_eq!(
+        sample(&t, "ruststream_group_consumers", &[app_label]),
+        Some(1.0)
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn health_and_subscribers_describe_the_app() {
+    let (_broker, app, base) = start("admin-health", None).await;
+    until("ready", async || {
+        get(&format!("{base}/health/ready")).await.0 == StatusCode::OK
+    })
+    .await;
+    let (status, live) = get_json(&format!("{base}/health/live")).await;
+    assert_eq!(
+        (status, live["status"].as_str()),
+        (StatusCode::OK, Some("live"))
+    );
+    let (status, subs) = get_json(&format!("{base}/subscribers")).await;
+    assert_eq!(status, StatusCode::OK);
+    let sub = &subs[0];
+    assert_eq!(sub["subscriber"], "jobs");
+    assert_eq!(sub["stream"], "admin-jobs");
+    assert_eq!(sub["group"], "g");
+    assert_eq!(sub["kind"], "new");
+    assert_eq!(sub["max_deliveries"], 3);
+    assert_eq!(sub["consumer"], app.consumers().next().unwrap().1);
+    assert_eq!(sub["stats"]["delivered"], 0);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn group_routes_list_and_the_token_guards_the_writes() {
+    let (broker, app, base) = start("admin-groups", Some(TOKEN)).await;
+    publish(&broker, 5..6).await;
+    let letters = format!("{base}/groups/admin-jobs/g/dead-letters");
+    until("the dead letter", async || {
+        get_json(&letters)
+            .await
+            .1
+            .as_array()
+            .is_some_and(|a| a.len() == 1)
+    })
+    .await;
+    let (_, listed) = get_json(&letters).await;
+    let reason = listed[0]["reason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("max_deliveries"), "{reason}");
+    assert_eq!(listed[0]["times_delivered"], 3);
+    assert_eq!(listed[0]["entry"]["payload"], r#"{"n":5}"#);
+    let (status, group) = get_json(&format!("{base}/groups/admin-jobs/g")).await;
+    assert_eq!(
+        (status, group["dead_letters"].as_u64()),
+        (StatusCode::OK, Some(1))
+    );
+    let (status, pending) = get_json(&format!("{base}/groups/admin-jobs/g/pending")).await;
+    assert_eq!((status, pending), (StatusCode::OK, serde_json::json!([])));
+    let (status, stream) = get_json(&format!("{base}/streams/admin-jobs")).await;
+    // The entry and a retry copy per failed delivery (a `new` subscription
+    // retries by copying).
+    assert_eq!(
+        (status, stream["length"].as_u64()),
+        (StatusCode::OK, Some(4))
+    );
+
+    let client = reqwest::Client::new();
+    let discard = format!("{base}/groups/admin-jobs/g/discard");
+    let body = serde_json::json!({ "reason": reason, "dry_run": true });
+    let post = |token: Option<&str>, body: &Value| {
+        let mut request = client.post(&discard).json(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let refused = post(None, &body).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let refused: Value = refused.json().await.unwrap();
+    assert!(
+        refused["error"].as_str().unwrap().contains("Bearer"),
+        "{refused}"
+    );
+    let wrong = post(Some("guess"), &body).await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let dry: Value = post(Some(TOKEN), &body)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            dry["selected"].as_array().map(Vec::len),
+            dry["changed"].as_u64()
+        ),
+        (Some(1), Some(0))
+    );
+    assert_eq!(
+        get_json(&letters).await.1.as_array().map(Vec::len),
+        Some(1),
+        "dry run"
+    );
+    let body = serde_json::json!({ "all": true });
+    let done: Value = post(Some(TOKEN), &body)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["changed"], 1);
+    assert_eq!(get_json(&letters).await.1, serde_json::json!([]));
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn writes_are_off_without_a_token_and_bad_requests_get_json_errors() {
+    let (_broker, app, base) = start("admin-errors", None).await;
+    let client = reqwest::Client::new();
+    let response = client
+        .post(format!("{base}/groups/admin-jobs/g/redrive"))
+        .bearer_auth("anything")
+        .json(&serde_json::json!({ "all": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let error: Value = response.json().await.unwrap();
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .contains("configure a token"),
+        "{error}"
+    );
+
+    for (url, status, says) in [
+        (
+            "/groups/admin-jobs/g/pending?count=0",
+            StatusCode::BAD_REQUEST,
+            "count=0",
+        ),
+        (
+            "/groups/admin-jobs/g/pending?from=yesterday",
+            StatusCode::BAD_REQUEST,
+            "not an entry id",
+        ),
+        (
+            "/groups/admin-jobs/g/pending?count=many",
+            StatusCode::BAD_REQUEST,
+            "count",
+        ),
+        ("/groups/admin-jobs/nope", StatusCode::NOT_FOUND, "nope"),
+        (
+            "/streams/nothing-here",
+            StatusCode::NOT_FOUND,
+            "nothing-here",
+        ),
+        (
+            "/groups/admin-jobs/g/pending?broker=7",
+            StatusCode::BAD_REQUEST,
+            "broker=7",
+        ),
+        ("/no/such/route", StatusCode::NOT_FOUND, "no route"),
+    ] {
+        let (got, body) = get_json(&format!("{base}{url}")).await;
+        assert_eq!(got, status, "{url}: {body}");
+        let message = body["error"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{url}: {message}");
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_taken_port_stops_the_start_naming_the_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let err = RustStream::new(AppInfo::new("admin-port", "0"))
+        .admin(addr)
+        .with_broker(MemoryBroker::new(), |b| {
+            b.include(jobs);
+        })
+        .start()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("admin endpoint") && err.contains(&addr.to_string()),
+        "{err}"
+    );
+}

@@ -1,0 +1,142 @@
+//! Readiness conditions on the paused clock: each one makes the app not
+//! ready with its reason, and readiness returns once it clears. Reads fail
+//! through an injected outage; a handler runs past its deadline; a poison
+//! entry keeps coming back.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ruststream::prelude::*;
+use ruststream::{ReadinessOptions, Running};
+use ruststream_testkit::{CallKind, FaultyBroker};
+
+#[derive(Debug, Deserialize, Serialize, Outgoing)]
+#[outgoing(name = "ready-jobs")]
+struct Job {
+    slow: bool,
+    poison: bool,
+}
+
+#[subscriber(
+    RedisStream::new("ready-jobs").group("g"),
+    max_deliveries(6),
+    backoff(fixed(10s))
+)]
+async fn work(job: &Job) -> Result<(), String> {
+    if job.slow {
+        tokio::time::sleep(Duration::from_secs(600)).await;
+    }
+    if job.poison {
+        return Err("poison".to_owned());
+    }
+    Ok(())
+}
+
+const OPTIONS: ReadinessOptions = ReadinessOptions {
+    read_failure_window: Duration::from_secs(30),
+    handler_deadline: Duration::from_secs(60),
+    poison_deliveries: 3,
+    poison_window: Duration::from_secs(300),
+};
+
+async fn start(broker: Arc<dyn Broker>) -> Running {
+    RustStream::new(AppInfo::new("ready", "0"))
+        .readiness(OPTIONS)
+        .with_shared_broker(broker, |b| {
+            b.include(work);
+        })
+        .start()
+        .await
+        .unwrap()
+}
+
+async fn publish(app: &Running, job: Job) {
+    app.publisher().unwrap().publish(&job).await.unwrap();
+}
+
+/// Lets the paused clock run for `d`.
+async fn pass(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+fn reasons(app: &Running) -> String {
+    app.readiness().to_string()
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_reads_make_the_app_not_ready_past_the_window() {
+    let faulty = Arc::new(FaultyBroker::new(Arc::new(MemoryBroker::new()), 1));
+    let app = start(Arc::clone(&faulty) as Arc<dyn Broker>).await;
+    pass(Duration::from_secs(1)).await;
+    assert!(app.readiness().is_ready(), "{}", reasons(&app));
+
+    faulty.outage(&[CallKind::Read], Duration::from_secs(90));
+    pass(Duration::from_secs(20)).await;
+    assert!(
+        app.readiness().is_ready(),
+        "within the window: {}",
+        reasons(&app)
+    );
+    pass(Duration::from_secs(20)).await;
+    let why = reasons(&app);
+    assert!(!app.readiness().is_ready());
+    assert!(why.contains("`work`: reads have failed for"), "{why}");
+
+    // The outage ends; the next read (after the backoff) succeeds.
+    pass(Duration::from_secs(60)).await;
+    assert!(app.readiness().is_ready(), "{}", reasons(&app));
+    app.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_past_its_deadline_makes_the_app_not_ready_until_it_ends() {
+    let app = start(Arc::new(MemoryBroker::new())).await;
+    publish(
+        &app,
+        Job {
+            slow: true,
+            poison: false,
+        },
+    )
+    .await;
+    pass(Duration::from_secs(59)).await;
+    assert!(app.readiness().is_ready(), "{}", reasons(&app));
+    pass(Duration::from_secs(2)).await;
+    let why = reasons(&app);
+    assert!(
+        why.contains("a handler has run for 61 s (deadline 60 s)"),
+        "{why}"
+    );
+    pass(Duration::from_secs(600)).await;
+    assert!(app.readiness().is_ready(), "{}", reasons(&app));
+    app.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_poison_loop_makes_the_app_not_ready_until_the_entry_is_settled() {
+    let app = start(Arc::new(MemoryBroker::new())).await;
+    publish(
+        &app,
+        Job {
+            slow: false,
+            poison: true,
+        },
+    )
+    .await;
+    // Deliveries at 0, 10, 20 and 30 s: the fourth is the first past 3.
+    pass(Duration::from_secs(25)).await;
+    assert!(app.readiness().is_ready(), "{}", reasons(&app));
+    pass(Duration::from_secs(10)).await;
+    let why = reasons(&app);
+    assert!(
+        why.contains("poison loop: 1 entry delivered more than 3 times"),
+        "{why}"
+    );
+    // The sixth delivery fails at 50 s; the read at 60 s dead-letters it.
+    pass(Duration::from_secs(30)).await;
+    assert!(app.readiness().is_ready(), "{}", reasons(&app));
+    app.shutdown().await;
+}
