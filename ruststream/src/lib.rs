@@ -36,7 +36,9 @@
 //!
 //! This crate re-exports the core types and the [`Broker`] trait from
 //! `ruststream-core`, the macros, and the built-in brokers behind features
-//! (`memory` and `filelog` on by default, `redis` optional).
+//! (`memory` and `filelog` on by default, `redis` optional). The optional
+//! `opentelemetry` feature carries W3C trace context through message
+//! headers (see `trace_context`, and `docs/operations.md`).
 
 #![forbid(unsafe_code)]
 
@@ -54,6 +56,8 @@ mod running;
 mod runtime;
 mod stream;
 mod subscriber;
+#[cfg(feature = "opentelemetry")]
+pub mod trace_context;
 
 pub use app::{
     ADMIN_ADDR_VAR, ADMIN_TOKEN_VAR, App, AppInfo, BrokerScope, DEFAULT_KEEP_ALIVE,

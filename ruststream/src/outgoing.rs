@@ -115,6 +115,11 @@ impl Publisher {
     /// Publishes `value` to its type's stream. Add steps before awaiting:
     /// `.partition_key(..)`, `.header(..)`, `.to(stream)`. Resolves to the
     /// new entry's id once the broker has accepted it.
+    ///
+    /// With the `opentelemetry` feature, the trace context of the span
+    /// current where the publish is awaited is added to the headers, unless
+    /// a `traceparent` was set with `.header(..)` (see `docs/operations.md`,
+    /// "Trace propagation").
     pub fn publish<'a, T: Outgoing + Serialize + ?Sized>(
         &'a self,
         value: &'a T,
@@ -128,11 +133,21 @@ impl Publisher {
     }
 
     /// Publishes raw bytes and headers to `stream`.
+    ///
+    /// With the `opentelemetry` feature, the current span's trace context
+    /// is added to the headers unless they already have a `traceparent`
+    /// (see `docs/operations.md`, "Trace propagation").
     pub async fn publish_raw(
         &self,
         stream: &str,
         message: Message,
     ) -> Result<EntryId, BrokerError> {
+        #[cfg(feature = "opentelemetry")]
+        let message = {
+            let mut message = message;
+            crate::trace_context::inject(&mut message.headers);
+            message
+        };
         self.send(stream, message).await
     }
 }
@@ -176,6 +191,14 @@ impl<'a, T: Outgoing + Serialize + ?Sized + Sync> IntoFuture for PublishBuilder<
         let encoded = serde_json::to_vec(self.value);
         let publisher = self.publisher;
         let headers = self.headers;
+        // Here, not in the future: the span current where the publish is
+        // awaited is the one whose context it carries.
+        #[cfg(feature = "opentelemetry")]
+        let headers = {
+            let mut headers = headers;
+            crate::trace_context::inject(&mut headers);
+            headers
+        };
         Box::pin(async move {
             let payload = encoded.map_err(|source| PublishError::Encode {
                 stream: stream.clone(),

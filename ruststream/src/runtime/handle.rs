@@ -79,6 +79,36 @@ impl<S: Subscriber> Pipeline<S> {
         }
     }
 
+    /// The span a delivery's handler runs in, if any: the delivery span
+    /// when `traced` (the level filter lets debug through) and it is
+    /// enabled.
+    ///
+    /// With the `opentelemetry` feature, a delivery whose headers carry a
+    /// valid trace context runs in an info-level span (the same fields as
+    /// the delivery span) whose parent is that context, so the handler's
+    /// work joins the publisher's trace (`docs/operations.md`, "Trace
+    /// propagation"). Other deliveries, and every delivery without the
+    /// feature, cost what they did: one header check with the feature, not
+    /// even that without it.
+    #[inline]
+    pub(super) fn lane_span(&self, delivery: &Delivery, traced: bool) -> Option<tracing::Span> {
+        #[cfg(feature = "opentelemetry")]
+        if crate::trace_context::carries_context(delivery.entry.headers()) {
+            let span =
+                crate::trace_context::span_with_remote_parent(delivery.entry.headers(), || {
+                    self.context_span(delivery.id(), delivery.delivery_count)
+                });
+            if span.is_some() {
+                return span;
+            }
+        }
+        if traced {
+            self.delivery_span(delivery)
+        } else {
+            None
+        }
+    }
+
     /// The span a delivery's handler runs in, `None` when it is disabled.
     ///
     /// It is at debug level: at info level a span per delivery costs more
@@ -225,6 +255,8 @@ impl<S: Subscriber> Pipeline<S> {
             ReplyTarget::OwnStream => own,
             ReplyTarget::Stream(s) => s.as_str(),
         };
+        // The span the handler ran in, if any, is current here: the reply
+        // joins its trace (`publish_raw` adds its context).
         match self
             .env
             .publisher

@@ -268,11 +268,7 @@ impl<F: Future<Output = Decided>> Lanes<F> {
                 },
             },
         };
-        lane.span = if traced {
-            pipeline.delivery_span(&next)
-        } else {
-            None
-        };
+        lane.span = pipeline.lane_span(&next, traced);
         lane.running = Some(Started {
             id: next.id(),
             delivery_count: next.delivery_count,
