@@ -352,3 +352,53 @@ async fn a_taken_port_stops_the_start_naming_the_address() {
         "{err}"
     );
 }
+
+/// A file log that could not make a write durable stops taking writes:
+/// the app is neither live nor ready, and both say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_stopped_file_log_is_neither_live_nor_ready() {
+    let dir = std::env::temp_dir().join(format!("ruststream-admin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let broker = FileLogBroker::open(&dir).unwrap();
+    let app = RustStream::new(AppInfo::new("admin-filelog", "0"))
+        .admin(([127, 0, 0, 1], 0).into())
+        .with_broker(broker.clone(), |b| {
+            b.include(jobs);
+        })
+        .start()
+        .await
+        .unwrap();
+    let base = format!("http://{}", app.admin_addr().unwrap());
+    until("ready", async || {
+        get(&format!("{base}/health/ready")).await.0 == StatusCode::OK
+    })
+    .await;
+    broker.inject_fsync_failure();
+    let publisher = ruststream::Publisher::new(std::sync::Arc::new(broker.clone()));
+    assert!(
+        publisher
+            .publish_raw("admin-jobs", ruststream::Message::new(b"{}".to_vec()))
+            .await
+            .is_err()
+    );
+    let (status, live) = get_json(&format!("{base}/health/live")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        live["problems"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("filelog broker:"),
+        "{live}"
+    );
+    let (status, ready) = get_json(&format!("{base}/health/ready")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        ready["reasons"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("filelog broker:"),
+        "{ready}"
+    );
+    app.shutdown_within(Duration::from_secs(1)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

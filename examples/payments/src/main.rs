@@ -9,6 +9,9 @@
 //! payments ... --memory          use the in-memory broker instead of the file log
 //! payments ... --redis URL       use Redis Streams at URL (the demo then runs in
 //!                                real time, about a minute, on an empty database)
+//! payments --admin HOST:PORT     serve the admin endpoint (metrics, health,
+//!                                subscribers, group routes) while the service
+//!                                runs; the write routes need RUSTSTREAM_ADMIN_TOKEN
 //! ```
 
 use std::path::PathBuf;
@@ -24,6 +27,7 @@ struct Args {
     data: Option<PathBuf>,
     memory: bool,
     redis: Option<String>,
+    admin: Option<std::net::SocketAddr>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -32,6 +36,7 @@ fn parse_args() -> Result<Args, String> {
         data: None,
         memory: false,
         redis: None,
+        admin: None,
     };
     let mut words = std::env::args().skip(1);
     while let Some(word) = words.next() {
@@ -46,13 +51,18 @@ fn parse_args() -> Result<Args, String> {
                 Some(url) => args.redis = Some(url),
                 None => return Err("--redis needs a URL such as redis://127.0.0.1:6379".into()),
             },
+            "--admin" => match words.next().map(|a| a.parse()) {
+                Some(Ok(addr)) => args.admin = Some(addr),
+                _ => return Err("--admin needs HOST:PORT, such as 127.0.0.1:9464".into()),
+            },
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     Ok(args)
 }
 
-const USAGE: &str = "usage: payments [demo] [--data DIR | --memory | --redis URL]";
+const USAGE: &str =
+    "usage: payments [demo] [--data DIR | --memory | --redis URL] [--admin HOST:PORT]";
 
 fn open_broker(args: &Args, default_dir: PathBuf) -> Result<Arc<dyn Broker>, String> {
     if args.memory {
@@ -78,12 +88,24 @@ fn main() -> ExitCode {
         }
     };
     if args.demo {
+        if args.admin.is_some() {
+            eprintln!("error: --admin serves the running service, not the demo\n{USAGE}");
+            return ExitCode::from(2);
+        }
         return run_demo(&args);
     }
     ruststream::run_main_with(async move {
         let broker = open_broker(&args, PathBuf::from("payments-data"))?;
         // Which ledger the broker can serve is the broker's to say.
-        Ok::<_, String>(payments::service_for(broker).await)
+        let mut service = payments::service_for(broker).await;
+        if let Some(addr) = args.admin {
+            service = service.admin(addr);
+            if let Ok(token) = std::env::var(ruststream::ADMIN_TOKEN_VAR) {
+                service = service.admin_token(token);
+            }
+            println!("admin endpoint: http://{addr}/metrics, /health/ready, /subscribers");
+        }
+        Ok::<_, String>(service)
     });
     ExitCode::SUCCESS
 }

@@ -438,3 +438,60 @@ async fn the_service_runs_on_redis() {
     assert_eq!(ledger.pending, 0, "the ledger posted it");
     running.shutdown().await;
 }
+
+/// `payments --memory --admin HOST:PORT` serves the admin endpoint: ready
+/// once its subscriptions read, with both subscribers listed.
+#[tokio::test]
+async fn the_service_binary_serves_the_admin_endpoint() {
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_payments"))
+        .args(["--memory", "--admin"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut ready = false;
+    for _ in 0..500 {
+        if let Ok(response) = reqwest::get(format!("{base}/health/ready")).await
+            && response.status() == 200
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let subscribers: serde_json::Value = match ready {
+        true => reqwest::get(format!("{base}/subscribers"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap(),
+        false => serde_json::Value::Null,
+    };
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(ready, "never ready");
+    let names: Vec<&str> = subscribers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["subscriber"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["post_payment", "screen_payment"]);
+    assert!(
+        metrics.contains(r#"ruststream_received_total{app="payments""#),
+        "{metrics}"
+    );
+}
