@@ -322,6 +322,21 @@ pub trait Broker: Send + Sync + 'static {
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64>;
 
+    /// The names of every stream the broker holds, sorted (the keys of
+    /// Redis streams, but not ruststream's own side keys). For operators'
+    /// tools: it may scan the whole server.
+    ///
+    /// The default answers [`crate::BrokerError::Unsupported`].
+    fn streams(&self) -> BrokerFuture<'_, Vec<String>> {
+        let broker = self.name();
+        Box::pin(async move {
+            Err(crate::BrokerError::Unsupported {
+                broker,
+                detail: "listing streams is not supported".to_owned(),
+            })
+        })
+    }
+
     /// Deletes `consumer` from the group if, at that moment, it holds no
     /// pending entry and has been idle (no read or claim of its own) for at
     /// least `min_idle` (Redis `XGROUP DELCONSUMER`, checked and done in one

@@ -30,7 +30,7 @@
 ///     forward_broker!(inner: name, check_mode, publish, publish_batch, ensure_group,
 ///         set_group_position, ack, retry, dead_letter, extend_claim, delete_consumer,
 ///         redrive, discard, group_info, consumers, pending, dead_letters, range,
-///         stream_info, trim);
+///         stream_info, streams, trim);
 /// }
 /// ```
 #[macro_export]
@@ -140,6 +140,11 @@ macro_rules! forward_broker {
             ids: &'a [$crate::EntryId],
         ) -> $crate::BrokerFuture<'a, u64> {
             self.$f.extend_claim(stream, group, consumer, ids)
+        }
+    };
+    (@method $f:ident streams) => {
+        fn streams(&self) -> $crate::BrokerFuture<'_, ::std::vec::Vec<::std::string::String>> {
+            self.$f.streams()
         }
     };
     (@method $f:ident delete_consumer) => {

@@ -181,6 +181,7 @@ macro_rules! __conformance_rules {
             a_consumer_rereads_its_own_pending_after_a_restart,
             an_own_pending_read_with_min_idle_passes_over_fresh_entries,
             only_an_idle_consumer_holding_nothing_is_deleted,
+            the_stream_listing_names_every_stream,
             ack_is_idempotent,
             a_retry_with_delay_is_owed_after_the_delay_not_before,
             an_immediate_nack_is_owed_at_once,
@@ -1328,6 +1329,27 @@ pub async fn consumer_info_reports_pending_and_idle_time(t: Target) {
     assert_eq!((consumers[0].pending, consumers[1].pending), (2, 1));
     assert!(consumers[0].idle_ms >= 200, "{consumers:?}");
     assert!(consumers[1].idle_ms < 200, "{consumers:?}");
+}
+
+/// The stream listing names every stream (and none of a broker's own side
+/// keys), sorted.
+pub async fn the_stream_listing_names_every_stream(t: Target) {
+    let (a, b) = (t.stream("listed-a"), t.stream("listed-b"));
+    t.publish_all(&b, &["x"]).await;
+    t.publish_all(&a, &["y"]).await;
+    // A group with a dead letter gives a broker its side keys.
+    t.group_at(&a, G, StreamStart::Beginning).await;
+    let got = ids(&t.read_new(&a, "c1", 1).await);
+    t.broker.dead_letter(&a, G, &got, "listed").await.unwrap();
+    let listed: Vec<String> = t
+        .broker
+        .streams()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|name| name.starts_with(&t.stream("listed-")))
+        .collect();
+    assert_eq!(listed, [a, b]);
 }
 
 // ---- rule 10: blocking reads ------------------------------------------------------------------

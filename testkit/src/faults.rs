@@ -122,9 +122,11 @@ pub enum CallKind {
     /// [`Broker::delete_consumer`]. After `ExtendClaim`, for the same
     /// reason.
     DeleteConsumer,
+    /// [`Broker::streams`]. Last, for the same reason.
+    Streams,
 }
 
-const KINDS: usize = 20;
+const KINDS: usize = 21;
 
 impl CallKind {
     /// Every kind.
@@ -149,6 +151,7 @@ impl CallKind {
         CallKind::Trim,
         CallKind::ExtendClaim,
         CallKind::DeleteConsumer,
+        CallKind::Streams,
     ];
 
     /// The calls that settle entries a read handed out, and the one that
@@ -217,6 +220,7 @@ impl CallKind {
             CallKind::Trim => "trim",
             CallKind::ExtendClaim => "extend_claim",
             CallKind::DeleteConsumer => "delete_consumer",
+            CallKind::Streams => "streams",
         }
     }
 
@@ -1170,6 +1174,13 @@ impl Broker for FaultyBroker {
                 .await?;
             info.name = group.to_owned();
             Ok(info)
+        })
+    }
+
+    fn streams(&self) -> BrokerFuture<'_, Vec<String>> {
+        Box::pin(async move {
+            self.plain(CallKind::Streams, None, async |_| self.inner.streams().await)
+                .await
         })
     }
 

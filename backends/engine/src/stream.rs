@@ -233,6 +233,13 @@ impl Engine {
         self.streams.get(stream)?.find(id)?.copy.as_deref()
     }
 
+    /// The names of every stream, sorted.
+    pub fn stream_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.streams.keys().cloned().collect();
+        names.sort_unstable();
+        names
+    }
+
     /// A stream's summary, or `None` if there is none.
     pub fn stream_info(&self, stream: &str) -> Option<StreamInfo> {
         let s = self.streams.get(stream)?;

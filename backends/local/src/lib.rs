@@ -632,6 +632,10 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         self.inspect(|e, _| Ok(e.stream_info(stream)))
     }
 
+    fn streams(&self) -> BrokerFuture<'_, Vec<String>> {
+        self.inspect(|e, _| Ok(e.stream_names()))
+    }
+
     fn trim<'a>(&'a self, stream: &'a str, trim: Trim) -> BrokerFuture<'a, u64> {
         if let Err(error) = self.admit() {
             return ready(Err(error));

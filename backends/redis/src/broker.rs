@@ -220,6 +220,10 @@ impl Broker for RedisBroker {
         ))
     }
 
+    fn streams(&self) -> BrokerFuture<'_, Vec<String>> {
+        Box::pin(inspect::streams(self))
+    }
+
     fn consumers<'a>(
         &'a self,
         stream: &'a str,

@@ -126,6 +126,7 @@ pub struct RustStream {
     prune_idle_consumers: Option<Duration>,
     readiness: ReadinessOptions,
     admin: Option<AdminOptions>,
+    group_metrics: bool,
 }
 
 impl fmt::Debug for RustStream {
@@ -191,6 +192,7 @@ impl RustStream {
             prune_idle_consumers: None,
             readiness: ReadinessOptions::default(),
             admin: None,
+            group_metrics: false,
         }
     }
 
@@ -297,6 +299,17 @@ impl RustStream {
     pub fn admin(mut self, addr: std::net::SocketAddr) -> Self {
         let token = self.admin.take().and_then(|a| a.token);
         self.admin = Some(AdminOptions { addr, token });
+        self
+    }
+
+    /// Polls the group gauges (lag, pending, oldest pending age, dead
+    /// letters, consumers; `docs/operations.md`) every 5 seconds. On by
+    /// itself with [`RustStream::admin`]; call this when the process
+    /// installs a metrics recorder of its own. Each poll asks the broker
+    /// about every group the app reads (on the local brokers, working out
+    /// the lag walks the group's backlog).
+    pub fn group_metrics(mut self) -> Self {
+        self.group_metrics = true;
         self
     }
 

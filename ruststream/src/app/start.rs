@@ -84,7 +84,9 @@ impl RustStream {
                 });
             }
         }
-        tasks.push(tokio::spawn(group_poll::poll_groups(polled, watch.clone())));
+        if self.group_metrics || self.admin.is_some() {
+            tasks.push(tokio::spawn(group_poll::poll_groups(polled, watch.clone())));
+        }
         let mut subscriptions = Vec::new();
         for (plan, resume_floor) in plans.into_iter().zip(floors) {
             let labels = crate::metrics::subscription_labels(

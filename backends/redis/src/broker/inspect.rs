@@ -186,6 +186,34 @@ pub(super) async fn range(
     codec::entries(&reply).map_err(|e| scope.bad_reply(e))
 }
 
+/// Every key of type stream, by `SCAN ... TYPE stream`, but ruststream's
+/// own side keys (their names hold braces, which stream names never do).
+pub(super) async fn streams(broker: &RedisBroker) -> BrokerResult<Vec<String>> {
+    let scope = broker.scope("*", None);
+    let mut conn = broker.conn().await?;
+    let mut cursor: u64 = 0;
+    let mut names = Vec::new();
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("TYPE")
+            .arg("stream")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| scope.error(&e))?;
+        names.extend(keys.into_iter().filter(|k| !k.contains('{')));
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    names.sort_unstable();
+    names.dedup();
+    Ok(names)
+}
+
 pub(super) async fn stream_info(
     broker: &RedisBroker,
     stream: &str,
