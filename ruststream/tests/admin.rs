@@ -264,6 +264,9 @@ async fn group_routes_list_and_the_token_guards_the_writes() {
         Some(1),
         "dry run"
     );
+    let id = listed[0]["id"].as_str().unwrap().to_owned();
+    let (status, one) = get_json(&format!("{letters}/{id}")).await;
+    assert_eq!((status, &one["id"]), (StatusCode::OK, &listed[0]["id"]));
     let body = serde_json::json!({ "all": true });
     let done: Value = post(Some(TOKEN), &body)
         .await
@@ -273,6 +276,37 @@ async fn group_routes_list_and_the_token_guards_the_writes() {
         .unwrap();
     assert_eq!(done["changed"], 1);
     assert_eq!(get_json(&letters).await.1, serde_json::json!([]));
+    let (status, gone) = get_json(&format!("{letters}/{id}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{gone}");
+
+    // Streams, entries, publish and prune.
+    let (_, streams) = get_json(&format!("{base}/streams")).await;
+    assert_eq!(streams[0]["stream"], "admin-jobs");
+    let published: Value = client
+        .post(format!("{base}/streams/admin-other/publish"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({ "payload": "hello", "headers": { "k": "v" } }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (_, entries) = get_json(&format!("{base}/streams/admin-other/entries")).await;
+    assert_eq!(entries[0]["id"], published["id"]);
+    assert_eq!(entries[0]["payload"], "hello");
+    assert_eq!(entries[0]["headers"]["k"], "v");
+    let pruned: Value = client
+        .post(format!("{base}/groups/admin-jobs/g/consumers/prune"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({ "idle_ms": 3_600_000, "dry_run": true }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pruned["deleted"], serde_json::json!([]), "{pruned}");
     app.shutdown().await;
 }
 

@@ -1179,8 +1179,10 @@ impl Broker for FaultyBroker {
 
     fn streams(&self) -> BrokerFuture<'_, Vec<String>> {
         Box::pin(async move {
-            self.plain(CallKind::Streams, None, async |_| self.inner.streams().await)
-                .await
+            self.plain(CallKind::Streams, None, async |_| {
+                self.inner.streams().await
+            })
+            .await
         })
     }
 

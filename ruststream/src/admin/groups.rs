@@ -25,7 +25,15 @@ const PAGE: usize = 1_000;
 
 pub(super) fn router() -> Router<Arc<AdminState>> {
     Router::new()
+        .route("/streams", get(streams))
         .route("/streams/{stream}", get(stream))
+        .route("/streams/{stream}/entries", get(entries))
+        .route("/streams/{stream}/publish", post(publish))
+        .route(
+            "/groups/{stream}/{group}/dead-letters/{id}",
+            get(dead_letter),
+        )
+        .route("/groups/{stream}/{group}/consumers/prune", post(prune))
         .route("/groups/{stream}/{group}", get(group))
         .route("/groups/{stream}/{group}/pending", get(pending))
         .route("/groups/{stream}/{group}/dead-letters", get(dead_letters))
@@ -62,6 +70,140 @@ impl AdminState {
             .or_else(|| brokers.first().cloned())
             .ok_or_else(|| ApiError::not_found("the app has no broker"))
     }
+}
+
+/// Every stream of the broker, with its summary.
+async fn streams(
+    State(state): State<Arc<AdminState>>,
+    which: Result<Query<Which>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(which) = which.map_err(query_error)?;
+    let broker = state.broker(&which, "")?;
+    let mut out = Vec::new();
+    for name in broker.streams().await? {
+        if let Some(info) = broker.stream_info(&name).await? {
+            out.push(json::stream(&info));
+        }
+    }
+    Ok(Json(Value::Array(out)))
+}
+
+/// Entries of a stream from an id on, without joining a group (`tail`).
+async fn entries(
+    State(state): State<Arc<AdminState>>,
+    Path(stream): Path<String>,
+    listing: Result<Query<Listing>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(listing) = listing.map_err(query_error)?;
+    let broker = state.broker(&listing.which(), &stream)?;
+    let found = broker
+        .range(&stream, listing.from()?, EntryId::MAX, listing.count()?)
+        .await?;
+    Ok(Json(Value::Array(found.iter().map(json::entry).collect())))
+}
+
+/// What `POST /streams/{stream}/publish` takes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Publish {
+    /// The payload, as text.
+    payload: String,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    broker: Option<usize>,
+}
+
+/// Publishes one entry (a write route: it needs the token).
+async fn publish(
+    State(state): State<Arc<AdminState>>,
+    Path(stream): Path<String>,
+    headers: HeaderMap,
+    body: Result<Json<Publish>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let broker = state.broker(
+        &Which {
+            broker: body.broker,
+        },
+        &stream,
+    )?;
+    let mut message = ruststream_core::Message::new(body.payload.into_bytes());
+    for (name, value) in body.headers {
+        message = message.with_header(name, value);
+    }
+    let id = broker.publish(&stream, message).await?;
+    Ok(Json(json!({ "id": id.to_string() })))
+}
+
+/// One dead letter, by id.
+async fn dead_letter(
+    State(state): State<Arc<AdminState>>,
+    Path((stream, group, id)): Path<(String, String, String)>,
+    which: Result<Query<Which>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(which) = which.map_err(query_error)?;
+    let broker = state.broker(&which, &stream)?;
+    let id = parse_id(&id, "id")?;
+    let found = broker.dead_letters(&stream, &group, id, 1).await?;
+    match found.first().filter(|d| d.id() == id) {
+        Some(letter) => Ok(Json(json::dead_letter(letter))),
+        None => Err(ApiError::not_found(format!(
+            "no dead letter {id} in group {group:?} of stream {stream:?}"
+        ))),
+    }
+}
+
+/// What `POST /groups/{stream}/{group}/consumers/prune` takes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Prune {
+    /// Consumers idle at least this long, holding nothing, are deleted.
+    idle_ms: u64,
+    #[serde(default)]
+    dry_run: bool,
+    broker: Option<usize>,
+}
+
+/// Deletes the group's consumers idle longer than `idle_ms` that hold
+/// nothing (a write route: it needs the token). Consumers holding entries
+/// are listed as kept, never deleted.
+async fn prune(
+    State(state): State<Arc<AdminState>>,
+    Path((stream, group)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Result<Json<Prune>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let broker = state.broker(
+        &Which {
+            broker: body.broker,
+        },
+        &stream,
+    )?;
+    let idle = std::time::Duration::from_millis(body.idle_ms);
+    let mut deleted = Vec::new();
+    let mut kept = Vec::new();
+    for c in broker.consumers(&stream, &group).await? {
+        if c.idle_ms < body.idle_ms {
+            continue;
+        }
+        if c.pending > 0 {
+            kept.push(json!({ "name": c.name, "pending": c.pending, "idle_ms": c.idle_ms }));
+            continue;
+        }
+        if body.dry_run
+            || broker
+                .delete_consumer(&stream, &group, &c.name, idle)
+                .await?
+        {
+            deleted.push(c.name);
+        }
+    }
+    Ok(Json(
+        json!({ "dry_run": body.dry_run, "deleted": deleted, "kept_holding": kept }),
+    ))
 }
 
 async fn stream(
