@@ -131,7 +131,8 @@ pub struct FileLogBroker {
 struct Shared {
     dir: PathBuf,
     syncer: Arc<Syncer>,
-    _lock: lock::DirLock,
+    /// `None` for a read-only view ([`FileLogBroker::open_read_only`]).
+    _lock: Option<lock::DirLock>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -208,6 +209,10 @@ fn check_journal_record(call: &str, stream: &str, ids: usize, extra: usize) -> B
     Ok(())
 }
 
+/// How often [`FileLogBroker::open_read_only`] tries again when the
+/// holder's compaction replaced a file under it.
+const READ_ONLY_ATTEMPTS: u32 = 5;
+
 impl FileLogBroker {
     /// Opens the file log in `dir` (created if missing) with default
     /// options: see [`FileLogBroker::open_with`].
@@ -224,7 +229,7 @@ impl FileLogBroker {
     pub fn open_with(dir: impl AsRef<Path>, options: FileLogOptions) -> BrokerResult<Self> {
         let dir = dir.as_ref();
         let started = std::time::Instant::now();
-        let mut opened = recover::open(dir, options)?;
+        let mut opened = recover::open(dir, options, recover::Access::Own)?;
         tracing::info!(
             dir = %dir.display(),
             entries = opened.entries,
@@ -236,6 +241,41 @@ impl FileLogBroker {
             opened.store.wants_compaction = true;
             opened.store.compact_if_wanted(&opened.engine);
         }
+        Ok(FileLogBroker::from_opened(dir, opened))
+    }
+
+    /// Opens a view of the file log in `dir` that another process may hold
+    /// open and be writing: without taking the lock, and writing nothing
+    /// (no repair, no compaction). It holds what the files held as they
+    /// were read: everything the holder had written, a write still in
+    /// progress left out. Calls that only look (stream and group info,
+    /// pending lists, dead letters, ranges) work; every call that would
+    /// change something fails with [`BrokerError::InUse`] naming the
+    /// holder. For tools: open it again to see later changes.
+    ///
+    /// A compaction by the holder can replace the state files while they
+    /// are read; the open is then tried again, a few times.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> BrokerResult<Self> {
+        let dir = dir.as_ref();
+        let mut attempt = 0;
+        let opened = loop {
+            match recover::open(dir, FileLogOptions::default(), recover::Access::ReadOnly) {
+                Ok(opened) => break opened,
+                Err(BrokerError::Io { ref source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound
+                        && attempt < READ_ONLY_ATTEMPTS
+                        && dir.join("LOCK").exists() =>
+                {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(error) => return Err(error),
+            }
+        };
+        Ok(FileLogBroker::from_opened(dir, opened))
+    }
+
+    fn from_opened(dir: &Path, opened: recover::Opened) -> Self {
         let syncer = Arc::clone(&opened.store.syncer);
         let durability: Arc<dyn Durability> = syncer.clone();
         let inner = LocalBroker::with_persistence(
@@ -244,14 +284,14 @@ impl FileLogBroker {
             Some(durability),
             Clock::new(),
         );
-        Ok(FileLogBroker {
+        FileLogBroker {
             inner,
             shared: Arc::new(Shared {
                 dir: dir.to_owned(),
                 syncer,
                 _lock: opened.lock,
             }),
-        })
+        }
     }
 
     /// The directory it lives in.

@@ -1,7 +1,7 @@
 //! The directory lock: one process owns a file log at a time.
 
 use std::fs::{File, TryLockError};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 use ruststream_core::{BrokerError, BrokerResult};
@@ -13,6 +13,14 @@ use crate::store::{io_error, private_file};
 #[derive(Debug)]
 pub(crate) struct DirLock {
     _file: File,
+}
+
+/// Who holds `dir`, as far as its lock file tells: `pid N`.
+pub(crate) fn holder(dir: &Path) -> String {
+    match std::fs::read_to_string(dir.join("LOCK")) {
+        Ok(pid) if !pid.trim().is_empty() => format!("pid {}", pid.trim()),
+        _ => "a process whose pid is not recorded".to_owned(),
+    }
 }
 
 /// Takes the exclusive lock on `dir`, writing this process's pid into the
@@ -30,15 +38,9 @@ pub(crate) fn lock_dir(dir: &Path) -> BrokerResult<DirLock> {
     match file.try_lock() {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = match holder.trim() {
-                "" => "a process whose pid is not recorded".to_owned(),
-                pid => format!("pid {pid}"),
-            };
             return Err(BrokerError::InUse {
                 path: dir.to_owned(),
-                holder,
+                holder: holder(dir),
             });
         }
         Err(TryLockError::Error(e)) => return Err(io_error(&path, e)),

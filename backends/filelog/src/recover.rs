@@ -1,5 +1,7 @@
 //! Opening a file log: taking the lock, reading segments, snapshot and
-//! journal into the engine, and repairing a torn tail.
+//! journal into the engine, and repairing a torn tail; or, for a
+//! directory another process holds, reading it without the lock and
+//! without writing anything ([`Access::ReadOnly`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, OpenOptions};
@@ -10,7 +12,7 @@ use ruststream_core::{BrokerError, BrokerResult, EntryId};
 use ruststream_engine::{Change, Engine};
 
 use crate::format::{self, Frame};
-use crate::lock::{DirLock, lock_dir};
+use crate::lock::{DirLock, holder, lock_dir};
 use crate::options::FileLogOptions;
 use crate::store::{
     Journal, Segment, Store, StreamFiles, create_private_dir, create_with_header, io_error,
@@ -23,8 +25,19 @@ use crate::sync::Syncer;
 pub(crate) struct Opened {
     pub(crate) engine: Engine,
     pub(crate) store: Store,
-    pub(crate) lock: DirLock,
+    /// `None` for a read-only view.
+    pub(crate) lock: Option<DirLock>,
     pub(crate) entries: u64,
+}
+
+/// How a file log is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// With its lock: torn tails are repaired, missing files created.
+    Own,
+    /// Without the lock, while another process may be writing: nothing is
+    /// written, and a torn tail (a write in progress) ends what is read.
+    ReadOnly,
 }
 
 fn corrupt(path: &Path, offset: u64, detail: impl Into<String>) -> BrokerError {
@@ -37,11 +50,15 @@ fn corrupt(path: &Path, offset: u64, detail: impl Into<String>) -> BrokerError {
 
 /// Reads a whole file and checks its header. A file shorter than its
 /// header (a crash while it was being created) gets a fresh header.
-fn read_file(path: &Path, tag: &[u8; 6]) -> BrokerResult<Vec<u8>> {
+fn read_file(path: &Path, tag: &[u8; 6], access: Access) -> BrokerResult<Vec<u8>> {
     let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
     if bytes.len() < format::FILE_HEADER_LEN
         && tag[..bytes.len().min(6)] == bytes[..bytes.len().min(6)]
     {
+        if access == Access::ReadOnly {
+            // Being created right now: empty so far.
+            return Ok(format::file_header(tag).to_vec());
+        }
         tracing::warn!(path = %path.display(), "file cut short in its header (crash while it was created): header rewritten");
         fs::write(path, format::file_header(tag)).map_err(|e| io_error(path, e))?;
         return Ok(format::file_header(tag).to_vec());
@@ -53,12 +70,12 @@ fn read_file(path: &Path, tag: &[u8; 6]) -> BrokerResult<Vec<u8>> {
 /// Walks the frames of a file after its header. A bad frame followed by
 /// nothing valid is a torn tail: the file is truncated there (logged). A bad
 /// frame followed by valid ones is corruption: an error naming the file and
-/// offset. `allow_truncate` is false for files that are never written in
-/// place (snapshots). Returns the file's length once repaired.
+/// offset. `tail` says what a torn tail does. Returns the file's length
+/// once repaired (or, read-only, the length of what was read).
 fn walk_frames(
     path: &Path,
     bytes: &[u8],
-    allow_truncate: bool,
+    tail: Tail,
     mut on_frame: impl FnMut(u8, &[u8]) -> Result<(), String>,
 ) -> BrokerResult<u64> {
     let mut at = format::FILE_HEADER_LEN;
@@ -80,8 +97,10 @@ fn walk_frames(
                         ),
                     ));
                 }
-                if !allow_truncate {
-                    return Err(corrupt(path, at as u64, reason));
+                match tail {
+                    Tail::Refuse => return Err(corrupt(path, at as u64, reason)),
+                    Tail::Stop => return Ok(at as u64),
+                    Tail::Truncate => {}
                 }
                 tracing::warn!(
                     path = %path.display(),
@@ -98,6 +117,28 @@ fn walk_frames(
                 file.sync_all().map_err(|e| io_error(path, e))?;
                 return Ok(at as u64);
             }
+        }
+    }
+}
+
+/// What a bad record at the very end of a file means.
+#[derive(Clone, Copy)]
+enum Tail {
+    /// A write cut short by a crash: cut it off.
+    Truncate,
+    /// Damage: the file is never written in place (snapshots).
+    Refuse,
+    /// A write in progress by the process that holds the log (read-only
+    /// access): what is read ends there.
+    Stop,
+}
+
+impl Access {
+    /// How a file that is appended to treats a torn tail.
+    fn appended_tail(self) -> Tail {
+        match self {
+            Access::Own => Tail::Truncate,
+            Access::ReadOnly => Tail::Stop,
         }
     }
 }
@@ -136,6 +177,7 @@ pub(crate) fn load_stream(
     dir: &Path,
     stream: &str,
     engine: &mut Engine,
+    access: Access,
 ) -> BrokerResult<(Vec<Segment>, u64)> {
     let mut names: Vec<(EntryId, PathBuf)> = Vec::new();
     for item in fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
@@ -151,9 +193,9 @@ pub(crate) fn load_stream(
     let mut last_id = EntryId::ZERO;
     let mut count = 0;
     for (first, path) in names {
-        let bytes = read_file(&path, format::SEGMENT_TAG)?;
+        let bytes = read_file(&path, format::SEGMENT_TAG, access)?;
         let mut last = None;
-        let len = walk_frames(&path, &bytes, true, |kind, body| {
+        let len = walk_frames(&path, &bytes, access.appended_tail(), |kind, body| {
             if kind != format::KIND_ENTRY {
                 return Err(format!("record kind {kind} in a segment, expected entries"));
             }
@@ -189,10 +231,10 @@ pub(crate) fn load_stream(
 /// must be valid (snapshots are never written in place) and the end marker
 /// must count every change.
 pub(crate) fn replay_snapshot(path: &Path, mut apply: impl FnMut(Change)) -> BrokerResult<u64> {
-    let bytes = read_file(path, format::SNAPSHOT_TAG)?;
+    let bytes = read_file(path, format::SNAPSHOT_TAG, Access::Own)?;
     let mut applied = 0u64;
     let mut ended = None;
-    walk_frames(path, &bytes, false, |kind, body| {
+    walk_frames(path, &bytes, Tail::Refuse, |kind, body| {
         match kind {
             format::KIND_CHANGES => {
                 for change in format::read_changes(body)? {
@@ -217,9 +259,13 @@ pub(crate) fn replay_snapshot(path: &Path, mut apply: impl FnMut(Change)) -> Bro
 
 /// Replays a journal into `apply`, truncating a torn tail; returns its
 /// length once repaired.
-pub(crate) fn replay_journal(path: &Path, mut apply: impl FnMut(Change)) -> BrokerResult<u64> {
-    let bytes = read_file(path, format::JOURNAL_TAG)?;
-    walk_frames(path, &bytes, true, |kind, body| {
+pub(crate) fn replay_journal(
+    path: &Path,
+    access: Access,
+    mut apply: impl FnMut(Change),
+) -> BrokerResult<u64> {
+    let bytes = read_file(path, format::JOURNAL_TAG, access)?;
+    walk_frames(path, &bytes, access.appended_tail(), |kind, body| {
         if kind != format::KIND_CHANGES {
             return Err(format!("record kind {kind} in a journal"));
         }
@@ -255,17 +301,27 @@ fn warn_if_others_can_enter(dir: &Path) {
 #[cfg(not(unix))]
 fn warn_if_others_can_enter(_dir: &Path) {}
 
-/// Opens (creating if needed) the file log in `dir`.
-pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> {
-    warn_if_others_can_enter(dir);
-    create_private_dir(dir)?;
-    let lock = lock_dir(dir)?;
+/// Opens (creating if needed) the file log in `dir`; read-only, it must
+/// exist, and nothing is created, repaired or removed.
+pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> BrokerResult<Opened> {
+    let own = access == Access::Own;
     let streams_dir = dir.join("streams");
     let state_dir = dir.join("state");
-    for d in [&streams_dir, &state_dir] {
-        create_private_dir(d)?;
-    }
-    sync_dir(dir)?;
+    let lock = if own {
+        warn_if_others_can_enter(dir);
+        create_private_dir(dir)?;
+        let lock = lock_dir(dir)?;
+        for d in [&streams_dir, &state_dir] {
+            create_private_dir(d)?;
+        }
+        sync_dir(dir)?;
+        Some(lock)
+    } else {
+        for d in [dir, &streams_dir, &state_dir] {
+            fs::metadata(d).map_err(|e| io_error(d, e))?;
+        }
+        None
+    };
     let syncer = Syncer::new(options.sync);
 
     let mut engine = Engine::new();
@@ -287,16 +343,16 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
             tracing::warn!(path = %path.display(), "not a stream directory: ignored");
             continue;
         };
-        let (segments, count) = load_stream(&path, &stream, &mut engine)?;
+        let (segments, count) = load_stream(&path, &stream, &mut engine, access)?;
         entries += count;
         let active = match segments.last() {
-            Some(last) => Some(Arc::new(
+            Some(last) if own => Some(Arc::new(
                 OpenOptions::new()
                     .append(true)
                     .open(&last.path)
                     .map_err(|e| io_error(&last.path, e))?,
             )),
-            None => None,
+            _ => None,
         };
         streams.insert(
             stream,
@@ -338,7 +394,9 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
     }
     let journal = journal_path(&state_dir, generation);
     let journal_bytes = if journal.exists() {
-        replay_journal(&journal, &mut apply)?
+        replay_journal(&journal, access, &mut apply)?
+    } else if !own {
+        0
     } else {
         create_with_header(&syncer, &journal, &format::file_header(format::JOURNAL_TAG))?;
         format::FILE_HEADER_LEN as u64
@@ -352,7 +410,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
             old_files.push(path);
         }
     }
-    for path in old_files {
+    for path in old_files.into_iter().filter(|_| own) {
         tracing::info!(path = %path.display(), "removing a file left by an earlier compaction");
         let _ = fs::remove_file(&path);
     }
@@ -371,10 +429,14 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
         }
     }
 
-    let journal_file = OpenOptions::new()
-        .append(true)
-        .open(&journal)
-        .map_err(|e| io_error(&journal, e))?;
+    let journal_file = if own {
+        OpenOptions::new().append(true).open(&journal)
+    } else {
+        // Never written through; the directory's own journal, or any file
+        // to stand in for one not made yet.
+        fs::File::open(&journal).or_else(|_| fs::File::open(dir.join("LOCK")))
+    }
+    .map_err(|e| io_error(&journal, e))?;
     let mut store = Store {
         dir: dir.to_owned(),
         options,
@@ -396,9 +458,13 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
         journal_buf: Vec::new(),
         marks: Vec::new(),
         touched: Vec::new(),
+        read_only: None,
     };
+    if !own {
+        store.read_only = Some(holder(dir));
+    }
     let names: Vec<String> = store.streams.keys().cloned().collect();
-    for stream in names {
+    for stream in names.into_iter().filter(|_| own) {
         store.delete_dead_segments(&stream)?;
     }
     Ok(Opened {

@@ -106,6 +106,9 @@ pub(crate) struct Store {
     pub(crate) journal_buf: Vec<u8>,
     pub(crate) marks: Vec<Mark>,
     pub(crate) touched: Vec<Arc<File>>,
+    /// Set for a read-only view of a directory another process holds (who
+    /// holds it): every change is refused, and upkeep does nothing.
+    pub(crate) read_only: Option<String>,
 }
 
 pub(crate) fn io_error(path: &Path, source: std::io::Error) -> BrokerError {
@@ -842,8 +845,18 @@ impl Persistence for Store {
 
     /// Compaction when the journal has grown, and retention after a
     /// publish. A stopped store does neither: it takes no more writes.
+    fn refuses_changes(&self) -> Option<BrokerError> {
+        let holder = self.read_only.as_ref()?;
+        Some(BrokerError::InUse {
+            path: self.dir.clone(),
+            holder: format!(
+                "{holder}; this view of it is read-only: make changes through that process"
+            ),
+        })
+    }
+
     fn upkeep(&mut self, engine: &mut Engine, now_ms: u64, published: bool) {
-        if self.syncer.stopped() {
+        if self.syncer.stopped() || self.read_only.is_some() {
             return;
         }
         self.compact_if_wanted(engine);

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use ruststream_core::{BrokerResult, EntryId};
 use ruststream_engine::{Change, CopyOf, Engine};
 
-use crate::recover::{load_stream, replay_journal, replay_snapshot};
+use crate::recover::{Access, load_stream, replay_journal, replay_snapshot};
 use crate::store::{Store, change_stream, snapshot_path};
 
 /// What a failed call changed, per stream.
@@ -118,7 +118,7 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
         if let Some(files) = store.streams.get(name).filter(|_| undo.dropped)
             && files.dir.is_dir()
         {
-            load_stream(&files.dir, name, &mut rebuilt)?;
+            load_stream(&files.dir, name, &mut rebuilt, Access::Own)?;
         }
     }
 
@@ -163,7 +163,7 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
         if snapshot_file.exists() {
             replay_snapshot(&snapshot_file, &mut apply)?;
         }
-        replay_journal(&store.journal.path, &mut apply)?;
+        replay_journal(&store.journal.path, Access::Own, &mut apply)?;
     }
 
     // The call's streams go back to the last id on disk (the ids of the

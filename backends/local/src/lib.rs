@@ -245,6 +245,9 @@ impl<P: Persistence> LocalBroker<P> {
                 changes,
                 ..
             } = &mut *state;
+            if let Some(refused) = persistence.refuses_changes() {
+                return Err(refused);
+            }
             let out = f(engine, now);
             let ticket = persistence.persist_recorded(engine, changes);
             persistence.upkeep(engine, now, effect == Effect::Publishes);

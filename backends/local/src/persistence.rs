@@ -2,7 +2,7 @@
 //! changes: [`Persistence`] under the broker's lock, [`Durability`]
 //! outside it.
 
-use ruststream_core::{BrokerFuture, BrokerResult, Message, NameKind, check_name};
+use ruststream_core::{BrokerError, BrokerFuture, BrokerResult, Message, NameKind, check_name};
 use ruststream_engine::{Change, Engine};
 
 /// Where a local broker keeps its changes: nowhere (the memory broker's
@@ -25,6 +25,14 @@ pub trait Persistence: Send + 'static {
 
     /// Whether the engine should record changes for [`Persistence::persist`].
     fn records(&self) -> bool;
+
+    /// Why this persistence takes no changes at all (a read-only view of
+    /// files another process writes), or `None`. Asked before every call
+    /// that may change the engine, so a refused call changes nothing;
+    /// calls that only look go ahead. The default takes changes.
+    fn refuses_changes(&self) -> Option<BrokerError> {
+        None
+    }
 
     /// Persists (and drains) the changes of one call. Returns a ticket that
     /// [`Durability::wait`] resolves once those changes are durable.
