@@ -75,7 +75,7 @@ pub use running::Running;
 pub use runtime::SubscriptionStats;
 pub use ruststream_core::*;
 pub use ruststream_macros::{Outgoing, app, subscriber};
-pub use stream::{Kind, RedisStream, Stream, Subscription};
+pub use stream::{DEFAULT_READ_AHEAD, Kind, RedisStream, Stream, Subscription};
 pub use subscriber::{Registration, Subscriber, SubscriberInfo, registered_subscribers};
 
 #[cfg(feature = "memory")]
