@@ -855,7 +855,7 @@ impl Persistence for Store {
         })
     }
 
-    fn upkeep(&mut self, engine: &mut Engine, now_ms: u64, published: bool) {
+    fn upkeep(&mut self, engine: &mut Engine, _stream: &str, now_ms: u64, published: bool) {
         if self.syncer.stopped() || self.read_only.is_some() {
             return;
         }

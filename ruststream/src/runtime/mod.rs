@@ -34,8 +34,8 @@ mod own_pending;
 mod prune;
 mod read;
 mod settle;
-mod window;
 mod stats;
+mod window;
 
 use std::sync::Arc;
 use std::time::Duration;

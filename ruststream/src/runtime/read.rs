@@ -126,10 +126,7 @@ impl<'a> Reader<'a> {
             outbox,
             last_read,
             mode: env.subscription.stream.read_mode(),
-            window: ReadWindow::new(
-                env.subscription.first_read(),
-                env.subscription.read_ahead(),
-            ),
+            window: ReadWindow::new(env.subscription.first_read(), env.subscription.read_ahead()),
             asked: 0,
             read: None,
             backoff: Backoff::new(),
@@ -221,13 +218,7 @@ impl<'a> Reader<'a> {
             ),
             None => (self.mode, Some(READ_BLOCK)),
         };
-        let mut request = ReadRequest::new(
-            env.stream(),
-            env.group(),
-            &env.consumer,
-            mode,
-            count,
-        );
+        let mut request = ReadRequest::new(env.stream(), env.group(), &env.consumer, mode, count);
         self.asked = count;
         request.block = block;
         request.max_deliveries = env.subscription.max_deliveries;
