@@ -59,8 +59,7 @@ impl ReadWindow {
     /// long together.
     #[inline]
     pub(super) fn took(&mut self, asked: usize, got: usize, bytes: usize) {
-        if got > 0 {
-            let per_entry = bytes / got;
+        if let Some(per_entry) = bytes.checked_div(got) {
             self.avg_bytes = if self.avg_bytes == 0 {
                 per_entry
             } else {
