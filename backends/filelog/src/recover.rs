@@ -1,7 +1,7 @@
 //! Opening a file log: taking the lock, reading segments, snapshot and
 //! journal into the engine, and repairing a torn tail.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use crate::format::{self, Frame};
 use crate::lock::{DirLock, lock_dir};
 use crate::options::FileLogOptions;
 use crate::store::{
-    Journal, Segment, Store, StreamFiles, create_private_dir, create_with_header, io_error,
+    Journal, Segment, Store, StreamFiles, Trims, create_private_dir, create_with_header, io_error,
     journal_path, others_can_enter, segment_first_id, snapshot_path, stream_from_dir_name,
     sync_dir,
 };
@@ -102,29 +102,13 @@ fn walk_frames(
     }
 }
 
-/// Trim state rebuilt from the journal, per stream.
-#[derive(Default)]
-struct TrimState {
-    below: EntryId,
-    kept: BTreeSet<EntryId>,
-}
-
-fn track_trims(trims: &mut HashMap<String, TrimState>, change: &Change) {
+/// Takes in a change of the journal: the trims of each stream rebuilt.
+fn track_trims(trims: &mut HashMap<String, Trims>, change: &Change) {
     match change {
-        Change::Trimmed {
-            stream,
-            below,
-            keep,
-        } => {
-            let t = trims.entry(stream.clone()).or_default();
-            t.below = t.below.max(*below);
-            t.kept.extend(keep.iter().copied());
-        }
-        Change::Released { stream, ids } => {
+        Change::Trimmed { stream, .. } => trims.entry(stream.clone()).or_default().apply(change),
+        Change::Released { stream, .. } => {
             if let Some(t) = trims.get_mut(stream) {
-                for id in ids {
-                    t.kept.remove(id);
-                }
+                t.apply(change);
             }
         }
         _ => {}
@@ -304,8 +288,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
                 dir: path,
                 segments,
                 active,
-                trimmed_below: EntryId::ZERO,
-                kept: BTreeSet::new(),
+                trims: Trims::default(),
             },
         );
     }
@@ -326,7 +309,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
             generation = generation.max(g);
         }
     }
-    let mut trims: HashMap<String, TrimState> = HashMap::new();
+    let mut trims: HashMap<String, Trims> = HashMap::new();
     let snapshot = snapshot_path(&state_dir, generation);
     let mut snapshot_bytes = 0;
     let mut apply = |change: Change| {
@@ -366,8 +349,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions) -> BrokerResult<Opened> 
     }
     for (stream, trim) in trims {
         if let Some(files) = streams.get_mut(&stream) {
-            files.trimmed_below = trim.below;
-            files.kept = trim.kept;
+            files.trims = trim;
         }
     }
 

@@ -34,10 +34,37 @@ pub(crate) struct StreamFiles {
     /// Oldest first; the last one is the one written to.
     pub(crate) segments: Vec<Segment>,
     pub(crate) active: Option<Arc<File>>,
+    /// What trims took from the stream.
+    pub(crate) trims: Trims,
+}
+
+/// What trims took from a stream: the entries below `below`, except those
+/// in `kept`.
+#[derive(Default)]
+pub(crate) struct Trims {
     /// Entries below this were trimmed (those in `kept` aside).
-    pub(crate) trimmed_below: EntryId,
+    pub(crate) below: EntryId,
     /// Entries a trim kept because a group still needed them.
     pub(crate) kept: BTreeSet<EntryId>,
+}
+
+impl Trims {
+    /// Takes in a `Trimmed` or `Released` change of the stream (any other
+    /// change leaves it as it is).
+    pub(crate) fn apply(&mut self, change: &Change) {
+        match change {
+            Change::Trimmed { below, keep, .. } => {
+                self.below = self.below.max(*below);
+                self.kept.extend(keep.iter().copied());
+            }
+            Change::Released { ids, .. } => {
+                for id in ids {
+                    self.kept.remove(id);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The journal being written.
@@ -361,8 +388,7 @@ impl Store {
                     dir,
                     segments: Vec::new(),
                     active: None,
-                    trimmed_below: EntryId::ZERO,
-                    kept: BTreeSet::new(),
+                    trims: Trims::default(),
                 },
             );
         }
@@ -482,22 +508,9 @@ impl Store {
         }
         for change in changes {
             match change {
-                Change::Trimmed {
-                    stream,
-                    below,
-                    keep,
-                } => {
+                Change::Trimmed { stream, .. } | Change::Released { stream, .. } => {
                     if let Some(files) = self.streams.get_mut(stream) {
-                        files.trimmed_below = files.trimmed_below.max(*below);
-                        files.kept.extend(keep.iter().copied());
-                    }
-                    self.delete_dead_segments(stream)?;
-                }
-                Change::Released { stream, ids } => {
-                    if let Some(files) = self.streams.get_mut(stream) {
-                        for id in ids {
-                            files.kept.remove(id);
-                        }
+                        files.trims.apply(change);
                     }
                     self.delete_dead_segments(stream)?;
                 }
@@ -584,10 +597,16 @@ impl Store {
                 doomed.push(i);
                 continue;
             };
-            if last >= files.trimmed_below {
+            if last >= files.trims.below {
                 break;
             }
-            if files.kept.range(segment.first..=last).next().is_none() {
+            if files
+                .trims
+                .kept
+                .range(segment.first..=last)
+                .next()
+                .is_none()
+            {
                 doomed.push(i);
             }
         }
@@ -754,7 +773,7 @@ impl Store {
                 total -= segment.bytes;
                 below = Some(last.next());
             }
-            if let Some(below) = below.filter(|b| *b > files.trimmed_below) {
+            if let Some(below) = below.filter(|b| *b > files.trims.below) {
                 out.push((stream.clone(), below));
             }
         }
