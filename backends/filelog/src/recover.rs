@@ -13,11 +13,12 @@ use crate::format::{self, Frame};
 use crate::lock::{DirLock, lock_dir};
 use crate::options::FileLogOptions;
 use crate::store::{
-    Journal, Segment, Store, StreamFiles, Trims, create_private_dir, create_with_header, io_error,
+    Journal, Segment, Store, StreamFiles, create_private_dir, create_with_header, io_error,
     journal_path, others_can_enter, segment_first_id, snapshot_path, stream_from_dir_name,
     sync_dir,
 };
 use crate::sync::Syncer;
+use crate::trims::Trims;
 
 /// A file log read back from disk.
 pub(crate) struct Opened {

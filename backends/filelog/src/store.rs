@@ -1,7 +1,7 @@
 //! Writing the engine's changes to disk: stream segments, the group-state
 //! journal and its snapshots, and taking a failed call's writes back.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::ops::Range;
@@ -15,6 +15,7 @@ use ruststream_local::Persistence;
 use crate::format;
 use crate::options::{FileLogOptions, Retention};
 use crate::sync::{Syncer, write_or_inject};
+use crate::trims::Trims;
 use crate::undo::{self, UndoPlan};
 
 /// One segment file of a stream.
@@ -36,35 +37,6 @@ pub(crate) struct StreamFiles {
     pub(crate) active: Option<Arc<File>>,
     /// What trims took from the stream.
     pub(crate) trims: Trims,
-}
-
-/// What trims took from a stream: the entries below `below`, except those
-/// in `kept`.
-#[derive(Default)]
-pub(crate) struct Trims {
-    /// Entries below this were trimmed (those in `kept` aside).
-    pub(crate) below: EntryId,
-    /// Entries a trim kept because a group still needed them.
-    pub(crate) kept: BTreeSet<EntryId>,
-}
-
-impl Trims {
-    /// Takes in a `Trimmed` or `Released` change of the stream (any other
-    /// change leaves it as it is).
-    pub(crate) fn apply(&mut self, change: &Change) {
-        match change {
-            Change::Trimmed { below, keep, .. } => {
-                self.below = self.below.max(*below);
-                self.kept.extend(keep.iter().copied());
-            }
-            Change::Released { ids, .. } => {
-                for id in ids {
-                    self.kept.remove(id);
-                }
-            }
-            _ => {}
-        }
-    }
 }
 
 /// The journal being written.
