@@ -4,6 +4,14 @@
 
 use super::*;
 
+/// Asserts that `batch` is the first of `all` again (its second delivery),
+/// then the second, new, and that the cursor moved to the second.
+fn assert_again_then_new(e: &Engine, batch: &ReadBatch, all: &[EntryId]) {
+    assert_eq!(ids(batch), vec![all[0], all[1]]);
+    assert_eq!(counts(batch), vec![1, 0]);
+    assert_eq!(info(e).last_delivered, all[1]);
+}
+
 // ---------------------------------------------------- rule 2: new entries
 
 #[test]
@@ -240,9 +248,7 @@ fn owed_entries_go_before_idle_ones_and_before_new_ones() {
 fn owed_entries_go_before_new_ones_in_a_new_read() {
     let (mut e, all) = owed(3);
     let batch = read(&mut e, new_req("b", 2), T0 + 1);
-    assert_eq!(ids(&batch), vec![all[0], all[1]]);
-    assert_eq!(counts(&batch), vec![1, 0]);
-    assert_eq!(info(&e).last_delivered, all[1]);
+    assert_again_then_new(&e, &batch, &all);
 }
 
 #[test]
@@ -282,9 +288,7 @@ fn reclaim_never_hands_out_new_entries() {
 fn claiming_hands_out_new_entries_after_idle_ones() {
     let (mut e, all) = held(3);
     let batch = read(&mut e, claiming_req("b", 100, 2), T0 + 100);
-    assert_eq!(ids(&batch), vec![all[0], all[1]]);
-    assert_eq!(counts(&batch), vec![1, 0]);
-    assert_eq!(info(&e).last_delivered, all[1]);
+    assert_again_then_new(&e, &batch, &all);
 }
 
 #[test]
