@@ -114,8 +114,7 @@ static PROBE: Probe = Probe::new();
     workers(8)
 )]
 async fn ledger_8(payment: &Payment) {
-    black_box(payment);
-    PROBE.handled_one();
+    PROBE.handled(payment);
 }
 
 #[subscriber(
@@ -123,8 +122,7 @@ async fn ledger_8(payment: &Payment) {
     workers(1)
 )]
 async fn ledger_1(payment: &Payment) {
-    black_box(payment);
-    PROBE.handled_one();
+    PROBE.handled(payment);
 }
 
 /// Which runtime the framework runs on.
