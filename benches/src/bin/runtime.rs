@@ -118,8 +118,7 @@ static PROBE: Probe = Probe::new();
     workers(8)
 )]
 async fn ledger_8(payment: &Payment) {
-    black_box(payment);
-    PROBE.handled_one();
+    PROBE.handled(payment);
 }
 
 #[subscriber(
@@ -127,8 +126,7 @@ async fn ledger_8(payment: &Payment) {
     workers(1)
 )]
 async fn ledger_1(payment: &Payment) {
-    black_box(payment);
-    PROBE.handled_one();
+    PROBE.handled(payment);
 }
 
 /// Which runtime the framework runs on.
