@@ -132,21 +132,24 @@ pub fn timestamp(ms: u64) -> String {
     humantime::format_rfc3339_millis(at).to_string()
 }
 
-/// The first `max` characters of a payload on one line (control
-/// characters escaped), `…` when cut; a payload that is not UTF-8 shows
-/// its size.
+/// The first `max` characters of `text` on one line (control characters
+/// escaped), `…` when cut.
+pub fn cut(text: &str, max: usize) -> String {
+    let escaped: String = text.chars().flat_map(char::escape_debug).collect();
+    let escaped = escaped.replace("\\\"", "\"").replace("\\'", "'");
+    if escaped.chars().count() > max {
+        let cut: String = escaped.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        escaped
+    }
+}
+
+/// A payload's first `max` characters ([`cut`]); a payload that is not
+/// UTF-8 shows its size.
 pub fn preview(payload: &Payload, max: usize) -> String {
     match payload {
-        Payload::Text(text) => {
-            let escaped: String = text.chars().flat_map(char::escape_debug).collect();
-            let escaped = escaped.replace("\\\"", "\"").replace("\\'", "'");
-            if escaped.chars().count() > max {
-                let cut: String = escaped.chars().take(max.saturating_sub(1)).collect();
-                format!("{cut}…")
-            } else {
-                escaped
-            }
-        }
+        Payload::Text(text) => cut(text, max),
         Payload::Bytes(bytes) => format!("<{} bytes, not UTF-8>", bytes.len()),
     }
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::cli::{DeadLetterShow, DeadLettersList};
 use crate::error::{CliError, CliResult};
 use crate::model::DeadLetterRow;
-use crate::output::{self, Format, Table, age, fields, preview, timestamp, whole};
+use crate::output::{self, Format, Table, age, cut, fields, preview, timestamp, whole};
 use crate::target::{Access, Conn, Target};
 
 /// Dead letters asked for per call while paging.
@@ -96,7 +96,7 @@ pub(super) async fn list(target: &Target, format: Format, args: DeadLettersList)
                 table.row(vec![
                     d.id.to_string(),
                     d.original_id(),
-                    output::preview(&crate::model::Payload::Text(d.reason.clone()), PREVIEW),
+                    cut(&d.reason, PREVIEW),
                     d.times_delivered.to_string(),
                     age(now_ms.saturating_sub(d.dead_at_ms)),
                     preview(&d.entry.payload, PREVIEW),
