@@ -6,7 +6,8 @@
 //! - [`Probe`]: how a benchmark's handlers tell the timing task that the
 //!   last message was handled.
 //! - [`Payment`] and [`payload`]: the message the runtime and Redis
-//!   benchmarks send; [`median`] and [`thousands`] for their reports.
+//!   benchmarks send; [`batches`] to send it in; [`median`] and
+//!   [`thousands`] for their reports.
 
 /// Counts heap allocations while switched on.
 ///
@@ -113,6 +114,13 @@ impl Probe {
         self.target.store(target, Ordering::SeqCst);
     }
 
+    /// A benchmark handler's whole work: keeps `payment` from being
+    /// optimised away and counts it handled (see [`Probe::handled_one`]).
+    pub fn handled(&self, payment: &Payment) {
+        std::hint::black_box(payment);
+        self.handled_one();
+    }
+
     /// One message handled; the last one wakes the timing task.
     pub fn handled_one(&self) {
         use std::sync::atomic::Ordering;
@@ -150,6 +158,20 @@ pub fn payload(i: u64) -> Vec<u8> {
         100 + (i * 7919) % 100_000
     )
     .into_bytes()
+}
+
+/// The messages `0..n` in batches of `size` (the last one may be shorter),
+/// in order.
+///
+/// ```
+/// let all: Vec<_> = ruststream_benches::batches(5, 2).collect();
+/// assert_eq!(all, [0..2, 2..4, 4..5]);
+/// ```
+pub fn batches(n: u64, size: usize) -> impl Iterator<Item = std::ops::Range<u64>> {
+    let size = size.max(1) as u64;
+    (0..n)
+        .step_by(size as usize)
+        .map(move |i| i..(i + size).min(n))
 }
 
 /// The median of `values` (the upper one of an even count); panics on none.

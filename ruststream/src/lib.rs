@@ -75,11 +75,15 @@ pub use running::Running;
 pub use runtime::SubscriptionStats;
 pub use ruststream_core::*;
 pub use ruststream_macros::{Outgoing, app, subscriber};
-pub use stream::{Kind, RedisStream, Stream, Subscription};
+pub use stream::{DEFAULT_READ_AHEAD, Kind, RedisStream, Stream, Subscription};
 pub use subscriber::{Registration, Subscriber, SubscriberInfo, registered_subscribers};
 
+/// The memory broker's crate: [`memory::with_retention`] builds one with
+/// a retention other than the default.
 #[cfg(feature = "memory")]
-pub use ruststream_memory::MemoryBroker;
+pub use ruststream_memory as memory;
+#[cfg(feature = "memory")]
+pub use ruststream_memory::{MemoryBroker, MemoryRetention};
 
 #[cfg(feature = "filelog")]
 pub use ruststream_filelog::{FileLogBroker, FileLogOptions, Retention, SyncPolicy};

@@ -164,7 +164,8 @@ pub struct Subscription {
     pub by_key: bool,
     /// Dead-letter an entry delivered this many times; `None`: unbounded.
     pub max_deliveries: Option<u32>,
-    /// Entries read ahead of the handlers at most (default: 4 per worker).
+    /// Entries read and not yet settled at most: a hard cap on the
+    /// adaptive read-ahead (default [`DEFAULT_READ_AHEAD`]).
     pub prefetch: Option<usize>,
     /// How long a failed delivery waits before its retry; `None`: it is
     /// retried at once (see `docs/semantics.md`, Outcomes).
@@ -216,15 +217,28 @@ impl Subscription {
         self
     }
 
-    /// The read-ahead bound in force: `prefetch(n)` if given (at least
-    /// `workers`), else 4 entries per worker.
+    /// The read-ahead bound in force, in entries read and not yet settled:
+    /// `prefetch(n)` if given, else [`DEFAULT_READ_AHEAD`], and never under
+    /// `workers`. The runtime reads less while the backlog is short (see
+    /// [`Subscription::first_read`]); a crash redelivers at most this many.
     pub fn read_ahead(&self) -> usize {
         self.prefetch
-            .unwrap_or(self.workers.saturating_mul(4))
+            .unwrap_or(DEFAULT_READ_AHEAD.max(self.workers.saturating_mul(4)))
             .max(self.workers)
             .max(1)
     }
+
+    /// How many entries the first read asks for: 4 per worker, within the
+    /// bound. Reads that come back full double the next one, up to the
+    /// bound; short ones halve it, down to this.
+    pub fn first_read(&self) -> usize {
+        self.workers.saturating_mul(4).clamp(1, self.read_ahead())
+    }
 }
+
+/// The read-ahead bound of a subscription without `prefetch(n)`: entries
+/// read and not yet settled at most (see `docs/semantics.md`, Reading).
+pub const DEFAULT_READ_AHEAD: usize = 512;
 
 /// The policy of a `backoff(..)` option, which `#[subscriber]` has checked
 /// at compile time against the same rules: an error here is a bug in the

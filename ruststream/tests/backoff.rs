@@ -9,21 +9,15 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use ruststream::prelude::*;
 use ruststream::{BackoffPolicy, Subscriber};
-use support::{advance, settle, start_fresh, start_one, until};
+use support::{Job, advance, publish_jobs, settle, start_fresh, start_one, until};
 use tokio::time::Instant;
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
 const MS: Duration = Duration::from_millis(1);
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
-#[outgoing(name = "jobs")]
-struct Job {
-    n: u64,
-}
 
 /// One delivery as a handler saw it: the entry, its delivery count, when.
 type Log = Mutex<Vec<(EntryId, u32, Instant)>>;
@@ -36,11 +30,6 @@ fn record(log: &Log, ctx: &Context<'_>) -> u32 {
 
 fn seen(log: &Log) -> Vec<(EntryId, u32, Instant)> {
     log.lock().unwrap().clone()
-}
-
-async fn publish(broker: &MemoryBroker, stream: &str) {
-    let publisher = Publisher::new(Arc::new(broker.clone()));
-    publisher.publish(&Job { n: 1 }).to(stream).await.unwrap();
 }
 
 /// `exponential(100ms, 2.0, max = 1s), jitter`, as the subscribers below
@@ -104,7 +93,7 @@ async fn failing_new(_job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
 async fn backoff_on_a_new_subscription_delays_each_retry_by_the_delivery_count() {
     assert_eq!(failing_new.subscription().backoff, Some(exponential()));
     let (broker, app) = start_fresh(failing_new).await;
-    publish(&broker, "backoff-new").await;
+    publish_jobs(&broker, "backoff-new", [1]).await;
     // 100, 200, 400, 800 ms ceilings, then capped at 1 s.
     deliveries_follow(&NEW, exponential(), 6).await;
     let info = broker.stream_info("backoff-new").await.unwrap().unwrap();
@@ -129,7 +118,7 @@ async fn failing_claiming(_job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 async fn backoff_on_a_claiming_subscription_replaces_the_min_idle_wait() {
     assert_eq!(failing_claiming.subscription().backoff, Some(exponential()));
     let (broker, app) = start_fresh(failing_claiming).await;
-    publish(&broker, "backoff-claiming").await;
+    publish_jobs(&broker, "backoff-claiming", [1]).await;
     deliveries_follow(&CLAIMING, exponential(), 6).await;
     app.shutdown().await;
 }
@@ -150,7 +139,7 @@ async fn explicit(_job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 #[tokio::test(start_paused = true)]
 async fn an_explicit_retry_after_wins_over_the_backoff() {
     let (broker, app) = start_fresh(explicit).await;
-    publish(&broker, "backoff-explicit").await;
+    publish_jobs(&broker, "backoff-explicit", [1]).await;
     until("first delivery", async || seen(&EXPLICIT).len() == 1).await;
     settle().await;
     advance(Duration::from_secs(1), 1).await;
@@ -190,7 +179,7 @@ async fn restarted(_job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 async fn the_delay_follows_the_delivery_count_across_a_restart() {
     let policy = exponential();
     let (broker, first) = start_fresh(restarted).await;
-    publish(&broker, "backoff-restart").await;
+    publish_jobs(&broker, "backoff-restart", [1]).await;
     until("first delivery", async || seen(&RESTART).len() == 1).await;
     first.shutdown().await;
 

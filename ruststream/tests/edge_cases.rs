@@ -17,13 +17,9 @@ use ruststream::prelude::*;
 use ruststream::{
     Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadRequest, forward_broker,
 };
-use support::{advance, group_info, settle, start_one_named};
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
-#[outgoing(name = "jobs")]
-struct Job {
-    n: u64,
-}
+use support::{
+    Job, advance, group_info, publish_jobs, refused, settle, start_fresh_named, start_one_named,
+};
 
 #[derive(Debug, PartialEq, Deserialize, Serialize, Outgoing)]
 #[outgoing(name = "replies")]
@@ -52,14 +48,7 @@ impl Faulty {
         if self.slow_failures.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_secs(5)).await;
         }
-        Some(refused())
-    }
-}
-
-fn refused() -> BrokerError {
-    BrokerError::Connection {
-        broker: "faulty",
-        detail: "injected: connection refused".into(),
+        Some(refused("faulty"))
     }
 }
 
@@ -67,7 +56,7 @@ impl Broker for Faulty {
     fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
         Box::pin(async move {
             if self.fail_next_read.swap(false, Ordering::SeqCst) {
-                return Err(refused());
+                return Err(refused("faulty"));
             }
             self.inner.read(request).await
         })
@@ -123,13 +112,6 @@ impl Broker for Faulty {
     );
 }
 
-async fn publish(broker: &MemoryBroker, stream: &str, ns: impl IntoIterator<Item = u64>) {
-    let publisher = Publisher::new(Arc::new(broker.clone()));
-    for n in ns {
-        publisher.publish(&Job { n }).to(stream).await.unwrap();
-    }
-}
-
 async fn publish_keyed(broker: &MemoryBroker, stream: &str, key: &str, ns: std::ops::Range<u64>) {
     let publisher = Publisher::new(Arc::new(broker.clone()));
     for n in ns {
@@ -160,15 +142,14 @@ async fn stall(job: &Job) {
 /// handler must not idle the other lanes.
 #[tokio::test(start_paused = true)]
 async fn one_failed_read_does_not_stop_reading_behind_a_long_handler() {
-    let broker = Faulty::default();
-    let app = start_one_named("review", broker.clone(), stall).await;
-    publish(&broker.inner, "stall", [0]).await;
+    let (broker, app) = start_fresh_named::<Faulty>("review", stall).await;
+    publish_jobs(&broker.inner, "stall", [0]).await;
     advance(Duration::from_millis(20), 3).await;
     // A blocking read is in flight; the one after it fails (nothing applied).
     broker.fail_next_read.store(true, Ordering::SeqCst);
-    publish(&broker.inner, "stall", [1]).await;
+    publish_jobs(&broker.inner, "stall", [1]).await;
     advance(Duration::from_millis(20), 5).await;
-    publish(&broker.inner, "stall", 2..6).await;
+    publish_jobs(&broker.inner, "stall", 2..6).await;
     advance(Duration::from_secs(1), 60).await;
     let mut seen = STALL_SEEN.lock().unwrap().clone();
     seen.sort_unstable();
@@ -196,7 +177,7 @@ async fn dl_count(_job: &Job) -> HandlerOutcome {
 async fn an_entry_dead_lettered_by_a_read_is_counted() {
     let broker = MemoryBroker::new();
     let app = start_one_named("review", broker.clone(), dl_count).await;
-    publish(&broker, "dl-count", [1]).await;
+    publish_jobs(&broker, "dl-count", [1]).await;
     advance(Duration::from_millis(50), 20).await;
     assert_eq!(DL_RUNS.load(Ordering::SeqCst), 2);
     let info = group_info(&broker, "dl-count", "g").await;
@@ -234,7 +215,7 @@ async fn a_reply_stream_the_broker_refuses_is_not_retried_in_a_hot_loop() {
     let Ok(app) = started else {
         return; // refused at start: fixed
     };
-    publish(&broker, "bad-reply", [1]).await;
+    publish_jobs(&broker, "bad-reply", [1]).await;
     settle().await;
     settle().await;
     let runs = BAD_REPLY_RUNS.load(Ordering::SeqCst);
@@ -259,10 +240,9 @@ async fn blip(_job: &Job) {
 /// delays, so a brief blip does not leave a handled entry pending.
 #[tokio::test(start_paused = true)]
 async fn a_settle_failing_at_shutdown_is_retried_with_backoff() {
-    let broker = Faulty::default();
-    let app = start_one_named("review", broker.clone(), blip).await;
+    let (broker, app) = start_fresh_named::<Faulty>("review", blip).await;
     broker.fail_settles.store(true, Ordering::SeqCst);
-    publish(&broker.inner, "blip", [1]).await;
+    publish_jobs(&broker.inner, "blip", [1]).await;
     advance(Duration::from_millis(100), 5).await;
     assert_eq!(BLIP_HANDLED.load(Ordering::SeqCst), 1);
     let heal = broker.fail_settles.clone();
@@ -289,7 +269,7 @@ async fn shutdown_with_an_unresponsive_broker_is_bounded() {
     broker.fail_settles.store(true, Ordering::SeqCst);
     broker.slow_failures.store(true, Ordering::SeqCst);
     // Published first, so that one read takes the whole read-ahead.
-    publish(&broker.inner, "dl-down", 0..32).await;
+    publish_jobs(&broker.inner, "dl-down", 0..32).await;
     let app = start_one_named("review", broker.clone(), dl_down).await;
     advance(Duration::from_millis(50), 20).await;
     let began = tokio::time::Instant::now();
@@ -351,10 +331,9 @@ async fn settler_panic(_job: &Job) {
 /// so, rather than the reader waiting for room for ever.
 #[tokio::test(start_paused = true)]
 async fn a_settler_that_dies_does_not_stall_the_subscription_silently() {
-    let broker = Faulty::default();
-    let app = start_one_named("review", broker.clone(), settler_panic).await;
+    let (broker, app) = start_fresh_named::<Faulty>("review", settler_panic).await;
     broker.panic_next_ack.store(true, Ordering::SeqCst);
-    publish(&broker.inner, "settler-panic", 0..20).await;
+    publish_jobs(&broker.inner, "settler-panic", 0..20).await;
     advance(Duration::from_secs(1), 30).await;
     let handled = AFTER_PANIC.load(Ordering::SeqCst);
     let healthy = app.health().is_healthy();

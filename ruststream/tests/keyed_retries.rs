@@ -14,15 +14,9 @@ use std::time::Duration;
 
 use ruststream::prelude::*;
 use ruststream::{Message, PARTITION_KEY_HEADER, ReadMode, ReadRequest};
-use support::{advance, dead_letters, group_info, settle, start_fresh, stream_len};
+use support::{Job, advance, dead_letters, group_info, settle, start_fresh, stream_len};
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
-#[outgoing(name = "jobs")]
-struct Job {
-    n: u64,
-}
 
 /// Publishes `(n, key)` pairs, the key as the partition key (none for "").
 async fn publish(broker: &MemoryBroker, stream: &str, jobs: &[(u64, &str)]) {

@@ -14,16 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ruststream::prelude::*;
-use ruststream::{
-    Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadMode, ReadRequest, forward_broker,
-};
-use support::{advance, group_info, start_one_named};
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
-#[outgoing(name = "jobs")]
-struct Job {
-    n: u64,
-}
+use ruststream::{Broker, BrokerFuture, EntryId, ReadBatch, ReadMode, ReadRequest, forward_broker};
+use support::{Job, advance, group_info, publish_jobs, refused, start_fresh_named};
 
 /// A memory broker whose next `fail_new_reads` non-own-pending reads fail
 /// (before anything is applied), whose reads all fail while `reads_down`,
@@ -36,18 +28,11 @@ struct Down {
     acks_down: Arc<AtomicBool>,
 }
 
-fn refused() -> BrokerError {
-    BrokerError::Connection {
-        broker: "down",
-        detail: "injected: connection refused".into(),
-    }
-}
-
 impl Broker for Down {
     fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
         Box::pin(async move {
             if self.reads_down.load(Ordering::SeqCst) {
-                return Err(refused());
+                return Err(refused("down"));
             }
             if !matches!(request.mode, ReadMode::OwnPending { .. })
                 && self
@@ -55,7 +40,7 @@ impl Broker for Down {
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                     .is_ok()
             {
-                return Err(refused());
+                return Err(refused("down"));
             }
             self.inner.read(request).await
         })
@@ -64,7 +49,7 @@ impl Broker for Down {
     fn ack<'a>(&'a self, s: &'a str, g: &'a str, ids: &'a [EntryId]) -> BrokerFuture<'a, u64> {
         Box::pin(async move {
             if self.acks_down.load(Ordering::SeqCst) {
-                return Err(refused());
+                return Err(refused("down"));
             }
             self.inner.ack(s, g, ids).await
         })
@@ -76,11 +61,6 @@ impl Broker for Down {
         stream_info, trim,
         extend_claim,
     );
-}
-
-async fn publish_job(broker: &MemoryBroker, stream: &str, n: u64) {
-    let publisher = Publisher::new(Arc::new(broker.clone()));
-    publisher.publish(&Job { n }).to(stream).await.unwrap();
 }
 
 // ---- the re-check read dead-letters an entry the lanes hold -------------------------
@@ -98,9 +78,8 @@ async fn recheck_dead(_job: &Job) {
 /// it runs, and its ack lands.
 #[tokio::test(start_paused = true)]
 async fn a_recheck_does_not_dead_letter_an_entry_its_lane_still_runs() {
-    let down = Down::default();
-    let app = start_one_named("test", down.clone(), recheck_dead).await;
-    publish_job(&down.inner, "recheck-dead", 1).await;
+    let (down, app) = start_fresh_named::<Down>("test", recheck_dead).await;
+    publish_jobs(&down.inner, "recheck-dead", [1]).await;
     advance(Duration::from_millis(100), 5).await;
     assert_eq!(SLOW_RUNS.load(Ordering::SeqCst), 1);
     // Two failed reads, some seconds apart, while the handler runs.
@@ -133,9 +112,8 @@ async fn recheck_dup(_job: &Job) {
 /// ack and does not run the entry again.
 #[tokio::test(start_paused = true)]
 async fn a_recheck_does_not_rerun_an_entry_whose_ack_is_on_its_way() {
-    let down = Down::default();
-    let app = start_one_named("test", down.clone(), recheck_dup).await;
-    publish_job(&down.inner, "recheck-dup", 1).await;
+    let (down, app) = start_fresh_named::<Down>("test", recheck_dup).await;
+    publish_jobs(&down.inner, "recheck-dup", [1]).await;
     advance(Duration::from_millis(100), 5).await;
     assert_eq!(OUTAGE_RUNS.load(Ordering::SeqCst), 1);
     // The outage starts: the blocking read in flight returns empty at ~5 s

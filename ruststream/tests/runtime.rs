@@ -13,8 +13,8 @@ use std::time::Duration;
 use ruststream::prelude::*;
 use ruststream::{Broker, Message, PARTITION_KEY_HEADER, ReadMode, ReadRequest, StartError};
 use support::{
-    Spy, advance, dead_letters, group_info, pending, settle, start, start_fresh, start_one,
-    start_one_named, stream_len, until, until_acked, until_dead, until_pending,
+    Spy, advance, dead_letters, group_info, pending, settle, start, start_fresh, start_fresh_named,
+    start_one, stream_len, until, until_acked, until_dead, until_pending,
 };
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
@@ -736,8 +736,7 @@ async fn batched(_job: &Job) {
 
 #[tokio::test(start_paused = true)]
 async fn acks_are_batched_and_a_lone_message_is_acked_at_once() {
-    let spy = Spy::default();
-    let app = start_one_named("t", spy.clone(), batched).await;
+    let (spy, app) = start_fresh_named::<Spy>("t", batched).await;
     publish(&spy.inner, "batched", [job(0)]).await;
     until("lone ack", async || spy.acks() == 1).await;
     assert_eq!(BATCHED.load(Ordering::SeqCst), 1);

@@ -16,13 +16,9 @@ use ruststream::prelude::*;
 use ruststream::{
     Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadRequest, StreamStart, forward_broker,
 };
-use support::{advance, start_named, start_one_named, stream_len};
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
-#[outgoing(name = "jobs")]
-struct Job {
-    n: u64,
-}
+use support::{
+    Job, advance, publish_jobs, start_fresh_named, start_named, start_one_named, stream_len,
+};
 
 /// A memory broker whose settles (ack, retry, dead letter) can be made to
 /// fail, and that counts what reads delivered and settles confirmed.
@@ -118,13 +114,6 @@ impl Broker for Flaky {
     );
 }
 
-async fn publish_jobs(broker: &MemoryBroker, stream: &str, range: std::ops::Range<u64>) {
-    let publisher = Publisher::new(Arc::new(broker.clone()));
-    for n in range {
-        publisher.publish(&Job { n }).to(stream).await.unwrap();
-    }
-}
-
 async fn pending(broker: &MemoryBroker, stream: &str) -> u64 {
     broker.group_info(stream, "g").await.unwrap().pending
 }
@@ -189,8 +178,7 @@ async fn lost_read(job: &Job, ctx: &mut Context<'_>) {
 /// a redelivery), and goes on with new entries.
 #[tokio::test(start_paused = true)]
 async fn entries_of_a_read_whose_reply_was_lost_are_handled_all_the_same() {
-    let flaky = Flaky::default();
-    let app = start_one_named("test", flaky.clone(), lost_read).await;
+    let (flaky, app) = start_fresh_named::<Flaky>("test", lost_read).await;
     publish_jobs(&flaky.inner, "lost-read", 0..2).await;
     advance(Duration::from_millis(20), 3).await;
     flaky.lose_next_read.store(true, Ordering::SeqCst);
@@ -231,8 +219,7 @@ async fn bound(_job: &Job) {
 /// still go out (the broker's pending list stays within the bound).
 #[tokio::test(start_paused = true)]
 async fn handled_entries_count_against_read_ahead_until_their_ack_lands() {
-    let flaky = Flaky::default();
-    let app = start_one_named("test", flaky.clone(), bound).await;
+    let (flaky, app) = start_fresh_named::<Flaky>("test", bound).await;
     publish_jobs(&flaky.inner, "bound", 0..2_000).await;
     for _ in 0..2_000 {
         tokio::task::yield_now().await;
@@ -360,8 +347,7 @@ async fn lost(job: &Job) {
 /// between the loss and the recreation are delivered, not skipped.
 #[tokio::test(start_paused = true)]
 async fn a_lost_group_is_recreated_after_the_last_entry_read() {
-    let broker = Forgetful::default();
-    let app = start_one_named("test", broker.clone(), lost).await;
+    let (broker, app) = start_fresh_named::<Forgetful>("test", lost).await;
     publish_jobs(&broker.inner, "lost", 0..5).await;
     advance(Duration::from_millis(20), 3).await;
     assert_eq!(*LOST_SEEN.lock().unwrap(), [0, 1, 2, 3, 4]);

@@ -39,6 +39,7 @@
 
 pub mod conformance;
 pub mod faults;
+mod hand_written;
 mod harness;
 
 pub use faults::{CallKind, Fault, FaultyBroker};

@@ -233,6 +233,12 @@ impl Engine {
         self.streams.get(stream)?.find(id)?.copy.as_deref()
     }
 
+    /// How many entries `stream` holds (those trimmed but kept for a group
+    /// included), or `None` if there is no such stream.
+    pub fn stream_len(&self, stream: &str) -> Option<u64> {
+        self.streams.get(stream).map(StreamState::len)
+    }
+
     /// The names of every stream, sorted.
     pub fn stream_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.streams.keys().cloned().collect();
@@ -255,6 +261,34 @@ impl Engine {
             last_id: s.last_id,
             groups: s.groups.keys().cloned().collect(),
         })
+    }
+
+    /// The id below which `stream` may be trimmed to keep at most
+    /// `max_len` entries and none published before `min_ms`, but never past
+    /// an entry some group has not read yet (after its cursor): `None` when
+    /// nothing is to go. Entries pending or dead-lettered below it are kept
+    /// by [`Engine::trim`] itself.
+    pub fn retention_cutoff(
+        &self,
+        stream: &str,
+        max_len: Option<u64>,
+        min_ms: Option<u64>,
+    ) -> Option<EntryId> {
+        let s = self.streams.get(stream)?;
+        let len = s.entries.len() as u64;
+        let by_len = max_len
+            .filter(|max| len > *max)
+            .and_then(|max| s.entries.get(usize::try_from(len - max).ok()?))
+            .map(|e| e.id);
+        let by_age = min_ms.and_then(|min| {
+            let first_kept = s.entries.partition_point(|e| e.id.ms < min);
+            (first_kept > 0).then(|| s.entries.get(first_kept).map_or(s.last_id.next(), |e| e.id))
+        });
+        let cutoff = by_len.into_iter().chain(by_age).max()?;
+        let unread = s.groups.values().map(|g| g.cursor.next()).min();
+        let cutoff = unread.map_or(cutoff, |u| cutoff.min(u));
+        let first = s.entries.front()?.id;
+        (cutoff > first).then_some(cutoff)
     }
 
     /// Trims old entries; entries a group still has pending or

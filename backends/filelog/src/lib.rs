@@ -78,6 +78,7 @@ mod options;
 mod recover;
 mod store;
 mod sync;
+mod trims;
 mod undo;
 
 use std::path::{Path, PathBuf};

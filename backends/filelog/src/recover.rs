@@ -3,7 +3,7 @@
 //! directory another process holds, reading it without the lock and
 //! without writing anything ([`Access::ReadOnly`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use crate::store::{
     sync_dir,
 };
 use crate::sync::Syncer;
+use crate::trims::Trims;
 
 /// A file log read back from disk.
 pub(crate) struct Opened {
@@ -143,29 +144,13 @@ impl Access {
     }
 }
 
-/// Trim state rebuilt from the journal, per stream.
-#[derive(Default)]
-struct TrimState {
-    below: EntryId,
-    kept: BTreeSet<EntryId>,
-}
-
-fn track_trims(trims: &mut HashMap<String, TrimState>, change: &Change) {
+/// Takes in a change of the journal: the trims of each stream rebuilt.
+fn track_trims(trims: &mut HashMap<String, Trims>, change: &Change) {
     match change {
-        Change::Trimmed {
-            stream,
-            below,
-            keep,
-        } => {
-            let t = trims.entry(stream.clone()).or_default();
-            t.below = t.below.max(*below);
-            t.kept.extend(keep.iter().copied());
-        }
-        Change::Released { stream, ids } => {
+        Change::Trimmed { stream, .. } => trims.entry(stream.clone()).or_default().apply(change),
+        Change::Released { stream, .. } => {
             if let Some(t) = trims.get_mut(stream) {
-                for id in ids {
-                    t.kept.remove(id);
-                }
+                t.apply(change);
             }
         }
         _ => {}
@@ -360,8 +345,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
                 dir: path,
                 segments,
                 active,
-                trimmed_below: EntryId::ZERO,
-                kept: BTreeSet::new(),
+                trims: Trims::default(),
             },
         );
     }
@@ -382,7 +366,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
             generation = generation.max(g);
         }
     }
-    let mut trims: HashMap<String, TrimState> = HashMap::new();
+    let mut trims: HashMap<String, Trims> = HashMap::new();
     let snapshot = snapshot_path(&state_dir, generation);
     let mut snapshot_bytes = 0;
     let mut apply = |change: Change| {
@@ -424,8 +408,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
     }
     for (stream, trim) in trims {
         if let Some(files) = streams.get_mut(&stream) {
-            files.trimmed_below = trim.below;
-            files.kept = trim.kept;
+            files.trims = trim;
         }
     }
 

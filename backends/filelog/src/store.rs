@@ -1,7 +1,7 @@
 //! Writing the engine's changes to disk: stream segments, the group-state
 //! journal and its snapshots, and taking a failed call's writes back.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::ops::Range;
@@ -15,6 +15,7 @@ use ruststream_local::Persistence;
 use crate::format;
 use crate::options::{FileLogOptions, Retention};
 use crate::sync::{Syncer, write_or_inject};
+use crate::trims::Trims;
 use crate::undo::{self, UndoPlan};
 
 /// One segment file of a stream.
@@ -34,10 +35,8 @@ pub(crate) struct StreamFiles {
     /// Oldest first; the last one is the one written to.
     pub(crate) segments: Vec<Segment>,
     pub(crate) active: Option<Arc<File>>,
-    /// Entries below this were trimmed (those in `kept` aside).
-    pub(crate) trimmed_below: EntryId,
-    /// Entries a trim kept because a group still needed them.
-    pub(crate) kept: BTreeSet<EntryId>,
+    /// What trims took from the stream.
+    pub(crate) trims: Trims,
 }
 
 /// The journal being written.
@@ -364,8 +363,7 @@ impl Store {
                     dir,
                     segments: Vec::new(),
                     active: None,
-                    trimmed_below: EntryId::ZERO,
-                    kept: BTreeSet::new(),
+                    trims: Trims::default(),
                 },
             );
         }
@@ -485,22 +483,9 @@ impl Store {
         }
         for change in changes {
             match change {
-                Change::Trimmed {
-                    stream,
-                    below,
-                    keep,
-                } => {
+                Change::Trimmed { stream, .. } | Change::Released { stream, .. } => {
                     if let Some(files) = self.streams.get_mut(stream) {
-                        files.trimmed_below = files.trimmed_below.max(*below);
-                        files.kept.extend(keep.iter().copied());
-                    }
-                    self.delete_dead_segments(stream)?;
-                }
-                Change::Released { stream, ids } => {
-                    if let Some(files) = self.streams.get_mut(stream) {
-                        for id in ids {
-                            files.kept.remove(id);
-                        }
+                        files.trims.apply(change);
                     }
                     self.delete_dead_segments(stream)?;
                 }
@@ -587,10 +572,16 @@ impl Store {
                 doomed.push(i);
                 continue;
             };
-            if last >= files.trimmed_below {
+            if last >= files.trims.below {
                 break;
             }
-            if files.kept.range(segment.first..=last).next().is_none() {
+            if files
+                .trims
+                .kept
+                .range(segment.first..=last)
+                .next()
+                .is_none()
+            {
                 doomed.push(i);
             }
         }
@@ -757,7 +748,7 @@ impl Store {
                 total -= segment.bytes;
                 below = Some(last.next());
             }
-            if let Some(below) = below.filter(|b| *b > files.trimmed_below) {
+            if let Some(below) = below.filter(|b| *b > files.trims.below) {
                 out.push((stream.clone(), below));
             }
         }
@@ -855,7 +846,7 @@ impl Persistence for Store {
         })
     }
 
-    fn upkeep(&mut self, engine: &mut Engine, now_ms: u64, published: bool) {
+    fn upkeep(&mut self, engine: &mut Engine, _stream: &str, now_ms: u64, published: bool) {
         if self.syncer.stopped() || self.read_only.is_some() {
             return;
         }

@@ -12,7 +12,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{TempDir, dead_letter_jobs, ensure_g1, journal, retry_jobs, with_jobs_group};
+use common::{
+    TempDir, dead_letter_jobs, ensure_g1, journal, observe_with, retry_jobs, with_jobs_group,
+};
 use ruststream_core::{
     Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
 };
@@ -22,42 +24,10 @@ fn msg(text: &str) -> Message {
     Message::new(text.as_bytes().to_vec()).with_header("k", text)
 }
 
-/// Everything a group shows, without idle times (the clock restarts).
+/// Everything a group shows, without idle times or when owed entries fall
+/// due (the clock restarts).
 async fn observe(b: &FileLogBroker) -> Vec<String> {
-    let mut out = Vec::new();
-    for s in ["jobs", "other"] {
-        out.push(format!("{:?}", b.stream_info(s).await.unwrap()));
-        out.push(format!(
-            "{:?}",
-            b.range(s, EntryId::ZERO, EntryId::MAX, 10_000)
-                .await
-                .unwrap()
-        ));
-        for g in ["g1", "g2"] {
-            out.push(format!("{:?}", b.group_info(s, g).await.ok()));
-            let pending = b
-                .pending(s, g, EntryId::ZERO, 10_000, None)
-                .await
-                .unwrap_or_default();
-            out.push(format!(
-                "{:?}",
-                pending
-                    .iter()
-                    .map(|p| (
-                        p.id,
-                        p.consumer.clone(),
-                        p.times_delivered,
-                        p.owed_in_ms.is_some()
-                    ))
-                    .collect::<Vec<_>>()
-            ));
-            out.push(format!(
-                "{:?}",
-                b.dead_letters(s, g, EntryId::ZERO, 10_000).await.ok()
-            ));
-        }
-    }
-    out
+    observe_with(b, false).await
 }
 
 /// A workout touching every kind of state.

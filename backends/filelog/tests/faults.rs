@@ -14,8 +14,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use common::{
-    TempDir, dead_letter_jobs, ensure_g1, journal_len, open_with_jobs_group, retry_jobs,
-    with_jobs_group,
+    TempDir, dead_letter_jobs, ensure_g1, journal_len, observe_with, open_with_jobs_group,
+    retry_jobs, with_jobs_group,
 };
 use ruststream_core::{
     Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
@@ -295,53 +295,7 @@ async fn a_start_past_the_end_of_the_stream_is_refused_without_journaling() {
     assert_eq!(read_new(&b, "jobs", "g1").await, ["b"]);
 }
 
-/// Everything a reader can see of two streams and their groups, without
-/// idle times; when owed entries fall due only with `exact_times` (a
-/// reopened broker's clock starts anew).
-async fn observe_with(b: &FileLogBroker, exact_times: bool) -> Vec<String> {
-    let mut out = Vec::new();
-    for s in ["jobs", "other"] {
-        out.push(format!("{:?}", b.stream_info(s).await.unwrap()));
-        let entries = b.range(s, EntryId::ZERO, EntryId::MAX, 1000).await.unwrap();
-        out.push(format!(
-            "{:?}",
-            entries
-                .iter()
-                .map(|e| (e.id, String::from_utf8_lossy(e.payload()).into_owned()))
-                .collect::<Vec<_>>()
-        ));
-        for g in ["g1", "g2", "g3"] {
-            out.push(format!("{:?}", b.group_info(s, g).await.ok()));
-            let pending = b
-                .pending(s, g, EntryId::ZERO, 1000, None)
-                .await
-                .unwrap_or_default();
-            out.push(format!(
-                "{:?}",
-                pending
-                    .iter()
-                    .map(|p| {
-                        let owed = p
-                            .owed_in_ms
-                            .filter(|_| exact_times)
-                            .or(p.owed_in_ms.map(|_| 0));
-                        (p.id, p.consumer.clone(), p.times_delivered, owed)
-                    })
-                    .collect::<Vec<_>>()
-            ));
-            let dead = b.dead_letters(s, g, EntryId::ZERO, 1000).await.ok();
-            out.push(format!(
-                "{:?}",
-                dead.map(|d| d
-                    .iter()
-                    .map(|d| (d.id(), d.reason.clone(), d.times_delivered))
-                    .collect::<Vec<_>>())
-            ));
-        }
-    }
-    out
-}
-
+/// Everything a reader can see, owed times included.
 async fn observe(b: &FileLogBroker) -> Vec<String> {
     observe_with(b, true).await
 }

@@ -250,7 +250,7 @@ impl<P: Persistence> LocalBroker<P> {
             }
             let out = f(engine, now);
             let ticket = persistence.persist_recorded(engine, changes);
-            persistence.upkeep(engine, now, effect == Effect::Publishes);
+            persistence.upkeep(engine, stream, now, effect == Effect::Publishes);
             let wakeup = match effect {
                 Effect::Quiet => None,
                 Effect::Wakes | Effect::Publishes => state.wakeup(stream),

@@ -74,13 +74,14 @@ pub trait Persistence: Send + 'static {
     /// Upkeep under the lock after every call that went through the engine
     /// (publishes, group calls, reads, settles, trims; not the inspecting
     /// calls), once its changes were handed to [`Persistence::persist`],
-    /// whether the call succeeded or not. `published` is set after a
-    /// publish. The file log compacts its journal here and, after a
-    /// publish, applies retention; what upkeep changes in the engine it
-    /// persists itself ([`Persistence::persist_recorded`]). The default does
-    /// nothing.
-    fn upkeep(&mut self, engine: &mut Engine, now_ms: u64, published: bool) {
-        let _ = (engine, now_ms, published);
+    /// whether the call succeeded or not. `stream` is the stream the call
+    /// named, and `published` is set after a publish to it. The file log
+    /// compacts its journal here and, after a publish, applies retention;
+    /// the memory broker applies its retention to `stream`. What upkeep
+    /// changes in the engine it persists itself
+    /// ([`Persistence::persist_recorded`]). The default does nothing.
+    fn upkeep(&mut self, engine: &mut Engine, stream: &str, now_ms: u64, published: bool) {
+        let _ = (engine, stream, now_ms, published);
     }
 
     /// Takes what `engine` recorded since it was last taken and persists it

@@ -26,9 +26,13 @@
 
 #![forbid(unsafe_code)]
 
-use ruststream_core::BrokerResult;
-use ruststream_engine::Change;
+mod retention;
+
+use ruststream_core::{BrokerResult, Clock};
+use ruststream_engine::{Change, Engine};
 use ruststream_local::{LocalBroker, Persistence};
+
+pub use retention::MemoryRetention;
 
 /// An in-memory broker. Cheap to clone: clones share the same streams.
 ///
@@ -37,10 +41,29 @@ use ruststream_local::{LocalBroker, Persistence};
 /// one on the given clock.
 pub type MemoryBroker = LocalBroker<Volatile>;
 
-/// Keeps nothing: the memory broker's [`Persistence`]. The engine records
-/// no changes, so the broker has nothing to hand it.
+/// Keeps nothing on disk: the memory broker's [`Persistence`]. The engine
+/// records no changes, so the broker has nothing to hand it; after each
+/// publish it applies the broker's [`MemoryRetention`].
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Volatile;
+pub struct Volatile {
+    retention: MemoryRetention,
+}
+
+/// A memory broker with a retention other than the default
+/// ([`MemoryRetention::default`]: 100,000 entries per stream).
+///
+/// ```
+/// use ruststream_memory::{MemoryBroker, MemoryRetention, with_retention};
+///
+/// let broker: MemoryBroker = with_retention(MemoryRetention {
+///     max_len: Some(10_000),
+///     ..MemoryRetention::default()
+/// });
+/// # let _ = broker;
+/// ```
+pub fn with_retention(retention: MemoryRetention) -> MemoryBroker {
+    LocalBroker::with_persistence(Engine::new(), Volatile { retention }, None, Clock::new())
+}
 
 impl Persistence for Volatile {
     fn name(&self) -> &'static str {
@@ -54,5 +77,9 @@ impl Persistence for Volatile {
     fn persist(&mut self, changes: &mut Vec<Change>) -> BrokerResult<u64> {
         changes.clear();
         Ok(0)
+    }
+
+    fn upkeep(&mut self, engine: &mut Engine, stream: &str, now_ms: u64, _published: bool) {
+        self.retention.apply(engine, stream, now_ms);
     }
 }

@@ -273,6 +273,13 @@ fn lookup<'a>(pairs: &[(&str, &'a Value)], name: &str) -> Option<&'a Value> {
     pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| *v)
 }
 
+/// The count under `name`: `None` when it is missing, nil or negative.
+fn lookup_count(pairs: &[(&str, &Value)], name: &str) -> Option<u64> {
+    lookup(pairs, name)
+        .and_then(int)
+        .and_then(|n| u64::try_from(n).ok())
+}
+
 /// One group as `XINFO GROUPS` reports it.
 #[derive(Debug)]
 pub(crate) struct GroupRow {
@@ -290,11 +297,7 @@ pub(crate) fn groups(value: &Value) -> Result<Vec<GroupRow>, BadReply> {
         .iter()
         .map(|g| {
             let p = pairs(g);
-            let num = |name| {
-                lookup(&p, name)
-                    .and_then(int)
-                    .and_then(|n| u64::try_from(n).ok())
-            };
+            let num = |name| lookup_count(&p, name);
             Ok(GroupRow {
                 name: lookup(&p, "name")
                     .and_then(text)
@@ -316,12 +319,7 @@ pub(crate) fn consumers(value: &Value) -> Result<Vec<ConsumerInfo>, BadReply> {
         .iter()
         .map(|c| {
             let p = pairs(c);
-            let num = |name| {
-                lookup(&p, name)
-                    .and_then(int)
-                    .and_then(|n| u64::try_from(n).ok())
-                    .unwrap_or(0)
-            };
+            let num = |name| lookup_count(&p, name).unwrap_or(0);
             Ok(ConsumerInfo {
                 name: lookup(&p, "name")
                     .and_then(text)
@@ -346,10 +344,7 @@ pub(crate) struct StreamRow {
 pub(crate) fn stream(value: &Value) -> StreamRow {
     let p = pairs(value);
     StreamRow {
-        length: lookup(&p, "length")
-            .and_then(int)
-            .and_then(|n| u64::try_from(n).ok())
-            .unwrap_or(0),
+        length: lookup_count(&p, "length").unwrap_or(0),
         first_id: lookup(&p, "first-entry")
             .map(array)
             .and_then(|e| e.first())

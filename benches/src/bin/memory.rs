@@ -54,7 +54,6 @@ use ruststream_core::{
     Trim,
 };
 use ruststream_engine::Engine;
-use ruststream_memory::MemoryBroker;
 
 const STREAM: &str = "orders";
 const GROUP: &str = "billing";
@@ -185,7 +184,7 @@ fn expect_count(what: &str, got: u64, want: u64) -> Result<(), BrokerError> {
 
 /// The workload through the `Broker` trait on a fresh `MemoryBroker`.
 async fn framework(workload: Workload, batch: usize, messages: u64) -> Result<Run, BrokerError> {
-    let broker = MemoryBroker::new();
+    let broker = ruststream_memory::with_retention(ruststream_memory::MemoryRetention::UNBOUNDED);
     // Through the trait object, as the runtime calls it.
     let broker: &dyn Broker = &broker;
     let rounds = messages / batch as u64;

@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 use ruststream::prelude::*;
 use ruststream::{Broker, Message, ReadMode, ReadRequest};
-use ruststream_benches::{Payment, Probe, counting, median, payload};
+use ruststream_benches::{Payment, Probe, batches, counting, median, payload};
 use ruststream_redis::RedisBroker;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -80,8 +80,7 @@ static PROBE: Probe = Probe::new();
     workers(8)
 )]
 async fn ledger_default(payment: &Payment) {
-    black_box(payment);
-    PROBE.handled_one();
+    PROBE.handled(payment);
 }
 
 #[subscriber(
@@ -90,8 +89,7 @@ async fn ledger_default(payment: &Payment) {
     prefetch(500)
 )]
 async fn ledger_prefetch(payment: &Payment) {
-    black_box(payment);
-    PROBE.handled_one();
+    PROBE.handled(payment);
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,10 +132,9 @@ async fn fill(
     n: u64,
 ) -> BenchResult<Duration> {
     let started = Instant::now();
-    let mut i = 0;
-    while i < n {
+    for batch in batches(n, BATCH) {
         let mut pipe = redis::pipe();
-        for j in i..(i + BATCH as u64).min(n) {
+        for j in batch {
             pipe.cmd("XADD")
                 .arg(stream)
                 .arg("*")
@@ -146,20 +143,15 @@ async fn fill(
                 .ignore();
         }
         pipe.query_async::<()>(conn).await?;
-        i += BATCH as u64;
     }
     Ok(started.elapsed())
 }
 
 async fn publish_broker(broker: &RedisBroker, stream: &str, n: u64) -> BenchResult<Duration> {
     let started = Instant::now();
-    let mut i = 0;
-    while i < n {
-        let batch: Vec<Message> = (i..(i + BATCH as u64).min(n))
-            .map(|j| Message::new(payload(j)))
-            .collect();
+    for batch in batches(n, BATCH) {
+        let batch: Vec<Message> = batch.map(|j| Message::new(payload(j))).collect();
         broker.publish_batch(stream, batch).await?;
-        i += BATCH as u64;
     }
     Ok(started.elapsed())
 }

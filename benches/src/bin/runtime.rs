@@ -118,8 +118,7 @@ static PROBE: Probe = Probe::new();
     workers(8)
 )]
 async fn ledger_8(payment: &Payment) {
-    black_box(payment);
-    PROBE.handled_one();
+    PROBE.handled(payment);
 }
 
 #[subscriber(
@@ -127,8 +126,7 @@ async fn ledger_8(payment: &Payment) {
     workers(1)
 )]
 async fn ledger_1(payment: &Payment) {
-    black_box(payment);
-    PROBE.handled_one();
+    PROBE.handled(payment);
 }
 
 /// Which runtime the framework runs on.
@@ -474,7 +472,7 @@ impl Runtimes {
 /// A timed run on a freshly filled broker.
 fn timed_run(runtimes: &Runtimes, path: Path, messages: u64) -> BenchResult<Elapsed> {
     let runtime = runtimes.get(path.flavor())?;
-    let broker = MemoryBroker::new();
+    let broker = ruststream_memory::with_retention(ruststream_memory::MemoryRetention::UNBOUNDED);
     runtime.block_on(fill(&broker, messages))?;
     let elapsed = runtime.block_on(run_path(path, &broker, messages))?;
     // Dropping the filled broker is not timed.
@@ -496,7 +494,7 @@ fn counted_run(runtimes: &Runtimes, path: Path, messages: u64) -> BenchResult<Co
     let runtime = runtimes.get(path.flavor())?;
     let calls = Arc::new(Calls::default());
     let broker = Counted {
-        inner: MemoryBroker::new(),
+        inner: ruststream_memory::with_retention(ruststream_memory::MemoryRetention::UNBOUNDED),
         calls: Arc::clone(&calls),
     };
     runtime.block_on(fill(&broker, messages))?;
@@ -696,7 +694,7 @@ fn only(runtimes: &Runtimes, options: &Options, which: Only) -> BenchResult<()> 
         },
     };
     let runtime = runtimes.get(path.flavor())?;
-    let broker = MemoryBroker::new();
+    let broker = ruststream_memory::with_retention(ruststream_memory::MemoryRetention::UNBOUNDED);
     runtime.block_on(fill(&broker, options.messages))?;
     counting::enable(true);
     let before = counting::allocations();

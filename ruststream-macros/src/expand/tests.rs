@@ -14,6 +14,22 @@ fn compile_errors(file: &syn::File) -> usize {
         .count()
 }
 
+/// What `#[ruststream::app]` (no arguments) writes for `item`.
+fn app_of(item: TokenStream) -> syn::File {
+    file(app(quote!(), item))
+}
+
+/// The names of the functions at the top level of `file`, in order.
+fn fn_names(file: &syn::File) -> Vec<String> {
+    file.items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::Fn(f) => Some(f.sig.ident.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The doc comments of an item, one line each.
 fn docs(attrs: &[syn::Attribute]) -> Vec<String> {
     attrs
@@ -270,23 +286,12 @@ fn a_parameter_named_like_its_function_binds_in_the_stand_in() {
 
 #[test]
 fn the_app_function_gets_a_main() {
-    let out = file(app(
-        quote!(),
-        quote!(
-            fn build() -> impl App {
-                RustStream::new(AppInfo::new("app", "1"))
-            }
-        ),
+    let out = app_of(quote!(
+        fn build() -> impl App {
+            RustStream::new(AppInfo::new("app", "1"))
+        }
     ));
-    let names: Vec<String> = out
-        .items
-        .iter()
-        .filter_map(|item| match item {
-            syn::Item::Fn(f) => Some(f.sig.ident.to_string()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(names, ["build", "main"]);
+    assert_eq!(fn_names(&out), ["build", "main"]);
     assert!(
         out.to_token_stream()
             .to_string()
@@ -296,33 +301,19 @@ fn the_app_function_gets_a_main() {
 
 #[test]
 fn a_wrong_app_function_still_gets_a_main() {
-    let out = file(app(
-        quote!(),
-        quote!(
-            async fn build() -> impl App {
-                RustStream::new(AppInfo::new("app", "1"))
-            }
-        ),
+    let out = app_of(quote!(
+        async fn build() -> impl App {
+            RustStream::new(AppInfo::new("app", "1"))
+        }
     ));
-    let names: Vec<String> = out
-        .items
-        .iter()
-        .filter_map(|item| match item {
-            syn::Item::Fn(f) => Some(f.sig.ident.to_string()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(names, ["build", "main"]);
+    assert_eq!(fn_names(&out), ["build", "main"]);
     assert_eq!(compile_errors(&out), 1);
 
     // An app function named `main` gets no second one.
-    let out = file(app(
-        quote!(),
-        quote!(
-            fn main() -> impl App {
-                RustStream::new(AppInfo::new("app", "1"))
-            }
-        ),
+    let out = app_of(quote!(
+        fn main() -> impl App {
+            RustStream::new(AppInfo::new("app", "1"))
+        }
     ));
     assert_eq!(out.items.len(), 2, "{:?}", out.items);
 }

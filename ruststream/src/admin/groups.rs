@@ -50,9 +50,9 @@ struct Which {
 impl AdminState {
     /// The broker `which` names; by default the one a subscription reads
     /// `stream` from, else the app's first.
-    fn broker(&self, which: &Which, stream: &str) -> Result<Arc<dyn Broker>, ApiError> {
+    fn broker(&self, index: Option<usize>, stream: &str) -> Result<Arc<dyn Broker>, ApiError> {
         let brokers = &self.view.brokers;
-        if let Some(ix) = which.broker {
+        if let Some(ix) = index {
             return brokers.get(ix).cloned().ok_or_else(|| {
                 ApiError::bad_request(format!(
                     "broker={ix}: the app has {} broker(s), numbered from 0",
@@ -78,7 +78,7 @@ async fn streams(
     which: Result<Query<Which>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(which) = which.map_err(query_error)?;
-    let broker = state.broker(&which, "")?;
+    let broker = state.broker(which.broker, "")?;
     let mut out = Vec::new();
     for name in broker.streams().await? {
         if let Some(info) = broker.stream_info(&name).await? {
@@ -95,7 +95,7 @@ async fn entries(
     listing: Result<Query<Listing>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(listing) = listing.map_err(query_error)?;
-    let broker = state.broker(&listing.which(), &stream)?;
+    let broker = state.broker(listing.broker, &stream)?;
     let found = broker
         .range(&stream, listing.from()?, EntryId::MAX, listing.count()?)
         .await?;
@@ -120,14 +120,8 @@ async fn publish(
     headers: HeaderMap,
     body: Result<Json<Publish>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
-    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let broker = state.broker(
-        &Which {
-            broker: body.broker,
-        },
-        &stream,
-    )?;
+    let body = accepted(&state, &headers, body)?;
+    let broker = state.broker(body.broker, &stream)?;
     let mut message = ruststream_core::Message::new(body.payload.into_bytes());
     for (name, value) in body.headers {
         message = message.with_header(name, value);
@@ -143,7 +137,7 @@ async fn dead_letter(
     which: Result<Query<Which>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(which) = which.map_err(query_error)?;
-    let broker = state.broker(&which, &stream)?;
+    let broker = state.broker(which.broker, &stream)?;
     let id = parse_id(&id, "id")?;
     let found = broker.dead_letters(&stream, &group, id, 1).await?;
     match found.first().filter(|d| d.id() == id) {
@@ -174,14 +168,8 @@ async fn prune(
     headers: HeaderMap,
     body: Result<Json<Prune>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
-    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let broker = state.broker(
-        &Which {
-            broker: body.broker,
-        },
-        &stream,
-    )?;
+    let body = accepted(&state, &headers, body)?;
+    let broker = state.broker(body.broker, &stream)?;
     let idle = std::time::Duration::from_millis(body.idle_ms);
     let mut deleted = Vec::new();
     let mut kept = Vec::new();
@@ -212,7 +200,7 @@ async fn stream(
     which: Result<Query<Which>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(which) = which.map_err(query_error)?;
-    let broker = state.broker(&which, &stream)?;
+    let broker = state.broker(which.broker, &stream)?;
     match broker.stream_info(&stream).await? {
         Some(info) => Ok(Json(json::stream(&info))),
         None => Err(ApiError::not_found(format!("no stream {stream:?}"))),
@@ -225,7 +213,7 @@ async fn group(
     which: Result<Query<Which>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(which) = which.map_err(query_error)?;
-    let broker = state.broker(&which, &stream)?;
+    let broker = state.broker(which.broker, &stream)?;
     let info = broker.group_info(&stream, &group).await?;
     let consumers: Vec<Value> = broker
         .consumers(&stream, &group)
@@ -264,12 +252,6 @@ impl Listing {
         }
         Ok(count)
     }
-
-    fn which(&self) -> Which {
-        Which {
-            broker: self.broker,
-        }
-    }
 }
 
 fn query_error(rejection: QueryRejection) -> ApiError {
@@ -288,7 +270,7 @@ async fn pending(
     listing: Result<Query<Listing>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(listing) = listing.map_err(query_error)?;
-    let broker = state.broker(&listing.which(), &stream)?;
+    let broker = state.broker(listing.broker, &stream)?;
     let entries = broker
         .pending(
             &stream,
@@ -309,7 +291,7 @@ async fn dead_letters(
     listing: Result<Query<Listing>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(listing) = listing.map_err(query_error)?;
-    let broker = state.broker(&listing.which(), &stream)?;
+    let broker = state.broker(listing.broker, &stream)?;
     let letters = broker
         .dead_letters(&stream, &group, listing.from()?, listing.count()?)
         .await?;
@@ -399,6 +381,17 @@ fn authorize(state: &AdminState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// A write route's body, once the request is authorized.
+fn accepted<T>(
+    state: &AdminState,
+    headers: &HeaderMap,
+    body: Result<Json<T>, JsonRejection>,
+) -> Result<T, ApiError> {
+    authorize(state, headers)?;
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    Ok(body)
+}
+
 /// Compares in time that depends on the lengths only.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -420,12 +413,7 @@ async fn write(
     what: Write,
 ) -> Result<Json<Value>, ApiError> {
     authorize(state, headers)?;
-    let broker = state.broker(
-        &Which {
-            broker: selection.broker,
-        },
-        stream,
-    )?;
+    let broker = state.broker(selection.broker, stream)?;
     let ids = selection.resolve(&*broker, stream, group).await?;
     let listed: Vec<String> = ids.iter().map(ToString::to_string).collect();
     if selection.dry_run {

@@ -16,6 +16,7 @@
 //!   it;
 //! - `settle`: decisions on their way to the broker, batched, and applied
 //!   again until they land;
+//! - `window`: the adaptive read-ahead (how much one read asks for);
 //! - `claims`: keeping the claims on held entries fresh;
 //! - `own_pending`: looks at the consumer's own pending list (another
 //!   live process with the same name, strays a lost read left);
@@ -34,6 +35,7 @@ mod prune;
 mod read;
 mod settle;
 mod stats;
+mod window;
 
 use std::sync::Arc;
 use std::time::Duration;

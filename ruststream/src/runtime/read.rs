@@ -36,6 +36,7 @@ use tokio::sync::futures::Notified;
 
 use super::own_pending::{Look, TwinLook, TwinWatch, look_for_a_twin, recheck_after_a_lost_read};
 use super::settle::Outbox;
+use super::window::ReadWindow;
 use super::{Backoff, Env};
 use crate::metrics::Outcome;
 
@@ -85,10 +86,11 @@ pub(super) struct Reader<'a> {
     last_read: &'a LastRead,
     /// The subscription's read mode.
     mode: ReadMode,
-    /// The read-ahead bound.
-    read_ahead: usize,
-    /// Read again once no more than this many entries are unsettled.
-    low_water: usize,
+    /// How many entries to read at once (adaptive, within the read-ahead
+    /// bound).
+    window: ReadWindow,
+    /// What the read in flight asked for.
+    asked: usize,
     /// The read in flight.
     read: Option<BrokerFuture<'a, ReadBatch>>,
     backoff: Backoff,
@@ -119,15 +121,13 @@ pub(super) struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     pub(super) fn new(env: &'a Env, outbox: &'a Outbox, last_read: &'a LastRead) -> Self {
-        let lanes = env.subscription.workers.max(1);
-        let read_ahead = env.subscription.read_ahead();
         Reader {
             env,
             outbox,
             last_read,
             mode: env.subscription.stream.read_mode(),
-            read_ahead,
-            low_water: lanes.min(read_ahead.saturating_sub(1)),
+            window: ReadWindow::new(env.subscription.first_read(), env.subscription.read_ahead()),
+            asked: 0,
             read: None,
             backoff: Backoff::new(),
             backing_off: None,
@@ -200,12 +200,12 @@ impl<'a> Reader<'a> {
             }
             return;
         }
-        if unsettled > self.low_water {
+        let Some(count) = self.window.ask(unsettled) else {
             if self.room.is_none() {
                 self.room = Some(Box::pin(self.outbox.settled.notified()));
             }
             return;
-        }
+        };
         self.room = None;
         let (mode, block) = match self.recovering {
             // A pending list answers at once: no blocking.
@@ -218,13 +218,8 @@ impl<'a> Reader<'a> {
             ),
             None => (self.mode, Some(READ_BLOCK)),
         };
-        let mut request = ReadRequest::new(
-            env.stream(),
-            env.group(),
-            &env.consumer,
-            mode,
-            self.read_ahead - unsettled,
-        );
+        let mut request = ReadRequest::new(env.stream(), env.group(), &env.consumer, mode, count);
+        self.asked = count;
         request.block = block;
         request.max_deliveries = env.subscription.max_deliveries;
         self.read = Some(env.broker.read(request));
@@ -268,6 +263,11 @@ impl<'a> Reader<'a> {
     /// the deliveries.
     pub(super) fn took(&mut self, batch: ReadBatch) -> Vec<Delivery> {
         self.backoff.reset();
+        if !self.rechecking {
+            let bytes = batch.deliveries.iter().map(entry_bytes).sum();
+            let got = batch.deliveries.len() + batch.dead_lettered.len();
+            self.window.took(self.asked, got, bytes);
+        }
         self.recreated_since_read = false;
         let last = batch
             .deliveries
@@ -423,4 +423,16 @@ pub(super) async fn recreate_group(env: &Env, last_read: EntryId) -> bool {
             false
         }
     }
+}
+
+/// An entry's size for the read-ahead's byte bound: payload and headers.
+#[inline]
+fn entry_bytes(delivery: &Delivery) -> usize {
+    let entry = &delivery.entry;
+    entry.payload().len()
+        + entry
+            .headers()
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
 }

@@ -6,10 +6,34 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use ruststream::prelude::{Deserialize, Serialize};
 use ruststream::{
-    Broker, BrokerError, BrokerFuture, DeadLetter, EntryId, GroupInfo, MemoryBroker, PendingEntry,
-    ReadBatch, ReadMode, ReadRequest, Subscriber, forward_broker,
+    Broker, BrokerError, BrokerFuture, DeadLetter, EntryId, GroupInfo, MemoryBroker, Outgoing,
+    PendingEntry, Publisher, ReadBatch, ReadMode, ReadRequest, Subscriber, forward_broker,
 };
+
+/// The message most runtime tests publish: a number.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
+#[outgoing(name = "jobs")]
+pub struct Job {
+    pub n: u64,
+}
+
+/// Publishes a `Job` for each of `ns` to `stream`, in order.
+pub async fn publish_jobs(broker: &MemoryBroker, stream: &str, ns: impl IntoIterator<Item = u64>) {
+    let publisher = Publisher::new(Arc::new(broker.clone()));
+    for n in ns {
+        publisher.publish(&Job { n }).to(stream).await.unwrap();
+    }
+}
+
+/// The error a test broker named `broker` injects for a call it refuses.
+pub fn refused(broker: &'static str) -> BrokerError {
+    BrokerError::Connection {
+        broker,
+        detail: "injected: connection refused".into(),
+    }
+}
 
 /// Starts an app called `name` on `broker` with the subscribers `include`
 /// adds.
@@ -41,8 +65,17 @@ pub async fn start_one(broker: &MemoryBroker, subscriber: impl Subscriber) -> ru
 /// A fresh memory broker and an app running on it with the one subscriber
 /// `subscriber`.
 pub async fn start_fresh(subscriber: impl Subscriber) -> (MemoryBroker, ruststream::Running) {
-    let broker = MemoryBroker::new();
-    let app = start_one(&broker, subscriber).await;
+    start_fresh_named("test", subscriber).await
+}
+
+/// A fresh `B` (a test broker: with its switches off) and an app called
+/// `name` running on it with the one subscriber `subscriber`.
+pub async fn start_fresh_named<B: Broker + Clone + Default>(
+    name: &str,
+    subscriber: impl Subscriber,
+) -> (B, ruststream::Running) {
+    let broker = B::default();
+    let app = start_one_named(name, broker.clone(), subscriber).await;
     (broker, app)
 }
 

@@ -7,13 +7,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ruststream::{
-    AppInfo, Context, HandlerOutcome, PARTITION_KEY_HEADER, RustStream, Settle, Stream, Subscriber,
-    SubscriberInfo, Subscription,
+    AppInfo, Context, HandlerOutcome, PARTITION_KEY_HEADER, RustStream, Settle, Stream,
+    Subscription,
 };
 use ruststream_core::Message;
 
 use super::Target;
 use crate::faults::mix;
+use crate::hand_written::{HandWritten, Handle};
 
 const KEYS: u32 = 100;
 const WORKERS: usize = 8;
@@ -54,27 +55,13 @@ struct Log {
     deliveries: u64,
 }
 
+/// The handler of each group's subscriber: logs what it acks.
 struct Ordered {
-    name: &'static str,
-    subscription: Subscription,
     log: Arc<Mutex<Log>>,
 }
 
-impl Subscriber for Ordered {
-    fn info(&self) -> SubscriberInfo {
-        SubscriberInfo {
-            name: self.name,
-            module: module_path!(),
-            file: file!(),
-            line: line!(),
-        }
-    }
-
-    fn subscription(&self) -> Subscription {
-        self.subscription.clone()
-    }
-
-    fn handle<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a {
+impl Handle for Ordered {
+    fn start<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a {
         let parsed = std::str::from_utf8(ctx.payload()).ok().and_then(|text| {
             let mut parts = text.split(':');
             let n: u32 = parts.next()?.parse().ok()?;
@@ -124,13 +111,15 @@ pub async fn by_key_order_survives_retries(t: Target) {
         ));
     }
     let logs: Vec<Arc<Mutex<Log>>> = groups.iter().map(|_| Arc::default()).collect();
-    let subscribers: Vec<Ordered> = groups
+    let subscribers: Vec<HandWritten<Ordered>> = groups
         .iter()
         .zip(&logs)
-        .map(|((group, stream), log)| Ordered {
+        .map(|((group, stream), log)| HandWritten {
             name: group,
             subscription: Subscription::new(stream.clone()).workers(WORKERS).by_key(),
-            log: Arc::clone(log),
+            handler: Ordered {
+                log: Arc::clone(log),
+            },
         })
         .collect();
     let app = RustStream::new(AppInfo::new("order", "0"))

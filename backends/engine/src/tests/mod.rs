@@ -137,6 +137,10 @@ fn counts(batch: &ReadBatch) -> Vec<u32> {
     batch.deliveries.iter().map(|d| d.delivery_count).collect()
 }
 
+fn idles(batch: &ReadBatch) -> Vec<u64> {
+    batch.deliveries.iter().map(|d| d.idle_ms).collect()
+}
+
 fn payloads(batch: &ReadBatch) -> Vec<String> {
     batch
         .deliveries

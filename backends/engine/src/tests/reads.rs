@@ -4,6 +4,14 @@
 
 use super::*;
 
+/// Asserts that `batch` is the first of `all` again (its second delivery),
+/// then the second, new, and that the cursor moved to the second.
+fn assert_again_then_new(e: &Engine, batch: &ReadBatch, all: &[EntryId]) {
+    assert_eq!(ids(batch), vec![all[0], all[1]]);
+    assert_eq!(counts(batch), vec![1, 0]);
+    assert_eq!(info(e).last_delivered, all[1]);
+}
+
 // ---------------------------------------------------- rule 2: new entries
 
 #[test]
@@ -204,14 +212,7 @@ fn claims_take_the_longest_idle_first_and_respect_count() {
 
     let first = read(&mut e, reclaim_req("b", 100, 2), T0 + 500);
     assert_eq!(ids(&first), vec![all[2], all[0]]);
-    assert_eq!(
-        first
-            .deliveries
-            .iter()
-            .map(|d| d.idle_ms)
-            .collect::<Vec<_>>(),
-        vec![500, 490]
-    );
+    assert_eq!(idles(&first), vec![500, 490]);
     let second = read(&mut e, reclaim_req("b", 100, 2), T0 + 500);
     assert_eq!(ids(&second), vec![all[1]]);
 }
@@ -226,23 +227,14 @@ fn owed_entries_go_before_idle_ones_and_before_new_ones() {
     let batch = read(&mut e, claiming_req("b", 100, 10), T0 + 100);
     assert_eq!(ids(&batch), vec![all[1], all[0], all[2], fresh]);
     assert_eq!(counts(&batch), vec![1, 1, 0, 0]);
-    assert_eq!(
-        batch
-            .deliveries
-            .iter()
-            .map(|d| d.idle_ms)
-            .collect::<Vec<_>>(),
-        vec![50, 100, 0, 0]
-    );
+    assert_eq!(idles(&batch), vec![50, 100, 0, 0]);
 }
 
 #[test]
 fn owed_entries_go_before_new_ones_in_a_new_read() {
     let (mut e, all) = owed(3);
     let batch = read(&mut e, new_req("b", 2), T0 + 1);
-    assert_eq!(ids(&batch), vec![all[0], all[1]]);
-    assert_eq!(counts(&batch), vec![1, 0]);
-    assert_eq!(info(&e).last_delivered, all[1]);
+    assert_again_then_new(&e, &batch, &all);
 }
 
 #[test]
@@ -282,9 +274,7 @@ fn reclaim_never_hands_out_new_entries() {
 fn claiming_hands_out_new_entries_after_idle_ones() {
     let (mut e, all) = held(3);
     let batch = read(&mut e, claiming_req("b", 100, 2), T0 + 100);
-    assert_eq!(ids(&batch), vec![all[0], all[1]]);
-    assert_eq!(counts(&batch), vec![1, 0]);
-    assert_eq!(info(&e).last_delivered, all[1]);
+    assert_again_then_new(&e, &batch, &all);
 }
 
 #[test]
@@ -345,14 +335,7 @@ fn own_pending_returns_only_the_consumers_own_held_entries() {
     let batch = read(&mut e, own_req("a", EntryId::ZERO, 10), T0 + 40);
     assert_eq!(ids(&batch), vec![all[0], all[3]]);
     assert_eq!(counts(&batch), vec![1, 1]);
-    assert_eq!(
-        batch
-            .deliveries
-            .iter()
-            .map(|d| d.idle_ms)
-            .collect::<Vec<_>>(),
-        vec![40, 40]
-    );
+    assert_eq!(idles(&batch), vec![40, 40]);
     // It never hands out new entries or moves the cursor.
     assert_eq!(info(&e).last_delivered, all[3]);
     assert_eq!(info(&e).lag, 1);

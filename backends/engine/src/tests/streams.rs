@@ -4,6 +4,15 @@ use super::*;
 
 // ---------------------------------------------------------------- streams
 
+/// Publishes one entry at each of `times`, in order; their ids.
+fn publish_at(e: &mut Engine, times: &[u64]) -> Vec<EntryId> {
+    times
+        .iter()
+        .enumerate()
+        .map(|(i, &now)| publish_one(e, &i.to_string(), now))
+        .collect()
+}
+
 #[test]
 fn publish_returns_strictly_increasing_ids_in_order() {
     let mut e = Engine::new();
@@ -25,17 +34,18 @@ fn publish_returns_strictly_increasing_ids_in_order() {
 #[test]
 fn ids_stay_strictly_increasing_when_the_clock_goes_backwards() {
     let mut e = Engine::new();
-    let a = publish_one(&mut e, "a", 10_000);
-    let b = publish_one(&mut e, "b", 9_000);
-    let c = publish_one(&mut e, "c", 1);
-    let d = publish_one(&mut e, "d", 10_000);
-    let f = publish_one(&mut e, "f", 10_001);
-    assert_eq!(a, EntryId::new(10_000, 0));
-    assert_eq!(b, EntryId::new(10_000, 1));
-    assert_eq!(c, EntryId::new(10_000, 2));
-    assert_eq!(d, EntryId::new(10_000, 3));
-    assert_eq!(f, EntryId::new(10_001, 0));
-    assert_eq!(e.stream_info(S).unwrap().last_id, f);
+    let ids = publish_at(&mut e, &[10_000, 9_000, 1, 10_000, 10_001]);
+    assert_eq!(
+        ids,
+        [
+            EntryId::new(10_000, 0),
+            EntryId::new(10_000, 1),
+            EntryId::new(10_000, 2),
+            EntryId::new(10_000, 3),
+            EntryId::new(10_001, 0),
+        ]
+    );
+    assert_eq!(e.stream_info(S).unwrap().last_id, ids[4]);
 }
 
 #[test]
@@ -62,12 +72,13 @@ fn range_bounds_are_inclusive() {
 #[test]
 fn range_bounds_need_not_be_entry_ids() {
     let mut e = Engine::new();
-    let a = publish_one(&mut e, "a", 100);
-    let b = publish_one(&mut e, "b", 200);
-    let c = publish_one(&mut e, "c", 300);
+    let ids = publish_at(&mut e, &[100, 200, 300]);
     let got = range_ids(&e, EntryId::new(150, 0), EntryId::new(300, 0), 10);
-    assert_eq!(got, vec![b, c]);
-    assert_eq!(e.range(S, EntryId::ZERO, EntryId::new(100, 0), 10)[0].id, a);
+    assert_eq!(got, ids[1..].to_vec());
+    assert_eq!(
+        e.range(S, EntryId::ZERO, EntryId::new(100, 0), 10)[0].id,
+        ids[0]
+    );
 }
 
 #[test]

@@ -72,3 +72,45 @@ pub(crate) async fn with_jobs_group(b: FileLogBroker) -> FileLogBroker {
 pub(crate) async fn open_with_jobs_group(dir: &Path) -> FileLogBroker {
     with_jobs_group(FileLogBroker::open(dir).unwrap()).await
 }
+
+/// Everything a reader can see of streams `jobs` and `other` and their
+/// groups `g1` to `g3`, without idle times; when owed entries fall due only
+/// with `exact_times` (a reopened broker's clock starts anew). Two equal
+/// observations mean the same state.
+pub(crate) async fn observe_with(b: &FileLogBroker, exact_times: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in ["jobs", "other"] {
+        out.push(format!("{:?}", b.stream_info(s).await.unwrap()));
+        out.push(format!(
+            "{:?}",
+            b.range(s, EntryId::ZERO, EntryId::MAX, 10_000)
+                .await
+                .unwrap()
+        ));
+        for g in ["g1", "g2", "g3"] {
+            out.push(format!("{:?}", b.group_info(s, g).await.ok()));
+            let pending = b
+                .pending(s, g, EntryId::ZERO, 10_000, None)
+                .await
+                .unwrap_or_default();
+            out.push(format!(
+                "{:?}",
+                pending
+                    .iter()
+                    .map(|p| {
+                        let owed = p
+                            .owed_in_ms
+                            .filter(|_| exact_times)
+                            .or(p.owed_in_ms.map(|_| 0));
+                        (p.id, p.consumer.clone(), p.times_delivered, owed)
+                    })
+                    .collect::<Vec<_>>()
+            ));
+            out.push(format!(
+                "{:?}",
+                b.dead_letters(s, g, EntryId::ZERO, 10_000).await.ok()
+            ));
+        }
+    }
+    out
+}

@@ -231,6 +231,16 @@ local function forget_owed(due_key, owed_key, id)
   redis.call('HDEL', owed_key, id)
 end
 
+-- Takes a settled entry out of the group: acks it when a consumer holds it
+-- (`held`), otherwise forgets that it is owed.
+local function release(stream, group, due_key, owed_key, id, held)
+  if held then
+    redis.call('XACK', stream, group, id)
+  else
+    forget_owed(due_key, owed_key, id)
+  end
+end
+
 local function max_reason(times, max)
   return 'delivered ' .. times .. ' times, reaching max_deliveries(' .. max .. ')'
 end
@@ -387,4 +397,37 @@ local function plan_appends(target, plans, pre)
     end
   end
   return nil
+end
+
+-- The plans of a settle script: one { id, times, held } (see `delivered`)
+-- for each distinct id from ARGV `first` on that the group holds or owes,
+-- in order, each passed to `fill(plan)` to add what to append for it.
+local function delivered_plans(stream, group, owed_key, first, fill)
+  local plans = {}
+  for _, id in ipairs(distinct_ids(first)) do
+    local plan = { id = id }
+    plan.times, plan.held = delivered(stream, group, owed_key, id)
+    if plan.times then
+      fill(plan)
+      plans[#plans + 1] = plan
+    end
+  end
+  return plans
+end
+
+-- Calls `write(plan)` on each plan `plan_appends` did not skip, in order,
+-- after marking its precopied entry (if any) used. Returns how many it
+-- wrote and the used set for `drop_unused`.
+local function write_plans(plans, write)
+  local n, used = 0, {}
+  for _, plan in ipairs(plans) do
+    if not plan.skip then
+      if plan.appended then
+        used[plan.appended] = true
+      end
+      write(plan)
+      n = n + 1
+    end
+  end
+  return n, used
 end

@@ -21,38 +21,19 @@ if failure then
 end
 local now = now_ms()
 
-local plans = {}
-for _, id in ipairs(distinct_ids(first)) do
-  local plan = { id = id }
-  plan.times, plan.held = delivered(S, G, OWED, id)
-  if plan.times then
-    local e = redis.call('XRANGE', S, id, id)[1]
-    plan.fields = dead_fields(id, e and e[2] or false, REASON, TIMES or plan.times, now)
-    plans[#plans + 1] = plan
-  end
-end
+local plans = delivered_plans(S, G, OWED, first, function(plan)
+  local e = redis.call('XRANGE', S, plan.id, plan.id)[1]
+  plan.fields = dead_fields(plan.id, e and e[2] or false, REASON, TIMES or plan.times, now)
+end)
 local big = plan_appends(DEAD, plans, pre)
 if big then
   return big
 end
 
-local n, used = 0, {}
-for _, plan in ipairs(plans) do
-  if not plan.skip then
-    local dead_id = plan.appended
-    if dead_id then
-      used[dead_id] = true
-    else
-      dead_id = redis.call('XADD', DEAD, '*', unpack(plan.fields))
-    end
-    redis.call('ZADD', DIX, 0, index_member(plan.id, dead_id))
-    if plan.held then
-      redis.call('XACK', S, G, plan.id)
-    else
-      forget_owed(DUE, OWED, plan.id)
-    end
-    n = n + 1
-  end
-end
+local n, used = write_plans(plans, function(plan)
+  local dead_id = plan.appended or redis.call('XADD', DEAD, '*', unpack(plan.fields))
+  redis.call('ZADD', DIX, 0, index_member(plan.id, dead_id))
+  release(S, G, DUE, OWED, plan.id, plan.held)
+end)
 drop_unused(DEAD, pre_all, used)
 return { n }

@@ -66,21 +66,15 @@ if big then
   return big
 end
 
-local n, used = 0, {}
-for _, plan in ipairs(plans) do
-  if not plan.skip then
-    if plan.appended then
-      used[plan.appended] = true
-    elseif plan.fields then
-      redis.call('XADD', S, '*', unpack(plan.fields))
-    else
-      owe(DUE, OWED, plan.id, now, 0, now)
-    end
-    redis.call('ZREM', DIX, plan.member)
-    redis.call('XDEL', DEAD, plan.dead_id)
-    n = n + 1
+local n, used = write_plans(plans, function(plan)
+  if plan.fields and not plan.appended then
+    redis.call('XADD', S, '*', unpack(plan.fields))
+  elseif not plan.fields then
+    owe(DUE, OWED, plan.id, now, 0, now)
   end
-end
+  redis.call('ZREM', DIX, plan.member)
+  redis.call('XDEL', DEAD, plan.dead_id)
+end)
 drop_unused(S, pre_all, used)
 if n > 0 then
   wake(WAKE, now)

@@ -29,57 +29,41 @@ end
 local now = now_ms()
 
 -- Reads: who holds each id, its count, and (copy) its fields.
-local plans = {}
-for _, id in ipairs(distinct_ids(first)) do
-  local plan = { id = id }
-  plan.times, plan.held = delivered(S, G, OWED, id)
-  if plan.times then
-    if HOW == 'copy' then
-      local e = redis.call('XRANGE', S, id, id)[1]
-      if e then
-        plan.fields = copy_fields(G, plan.times, original_of(id, e[2]), e[2])
-      else
-        plan.dropped = true
-      end
+local plans = delivered_plans(S, G, OWED, first, function(plan)
+  if HOW == 'copy' then
+    local e = redis.call('XRANGE', S, plan.id, plan.id)[1]
+    if e then
+      plan.fields = copy_fields(G, plan.times, original_of(plan.id, e[2]), e[2])
+    else
+      plan.dropped = true
     end
-    plans[#plans + 1] = plan
   end
-end
+end)
 local big = plan_appends(S, plans, pre)
 if big then
   return big
 end
 
 -- Writes: the copy first, then the original leaves the pending list.
-local n, dropped, used = 0, {}, {}
-for _, plan in ipairs(plans) do
-  if not plan.skip then
-    local id = plan.id
-    if HOW == 'copy' then
-      if plan.appended then
-        used[plan.appended] = true
-      elseif plan.fields then
-        redis.call('XADD', S, '*', unpack(plan.fields))
-      end
-      if plan.held then
-        redis.call('XACK', S, G, id)
-      else
-        forget_owed(DUE, OWED, id)
-      end
-      if plan.dropped then
-        dropped[#dropped + 1] = id
-      else
-        n = n + 1
-      end
-    else
-      if plan.held then
-        redis.call('XACK', S, G, id)
-      end
-      owe(DUE, OWED, id, now + DELAY, plan.times, now)
-      n = n + 1
+local dropped = {}
+local written, used = write_plans(plans, function(plan)
+  local id = plan.id
+  if HOW == 'copy' then
+    if plan.fields and not plan.appended then
+      redis.call('XADD', S, '*', unpack(plan.fields))
     end
+    release(S, G, DUE, OWED, id, plan.held)
+    if plan.dropped then
+      dropped[#dropped + 1] = id
+    end
+  else
+    if plan.held then
+      redis.call('XACK', S, G, id)
+    end
+    owe(DUE, OWED, id, now + DELAY, plan.times, now)
   end
-end
+end)
+local n = written - #dropped
 drop_unused(S, pre_all, used)
 if HOW == 'after' and n > 0 then
   wake(WAKE, now)

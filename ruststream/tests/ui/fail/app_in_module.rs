@@ -5,16 +5,8 @@
 mod service {
     use ruststream::prelude::*;
 
-    #[derive(Debug, Deserialize)]
-    struct Ping {}
-
-    #[subscriber(RedisStream::new("pings").group("pong"))]
-    async fn pong(_: &Ping) {}
-
     #[ruststream::app]
     pub fn app() -> impl App {
-        RustStream::new(AppInfo::new("pings", "0.1.0")).with_broker(MemoryBroker::new(), |b| {
-            b.include(pong);
-        })
+        RustStream::new(AppInfo::new("pings", "0.1.0"))
     }
 }

@@ -4,17 +4,14 @@
 
 use ruststream::prelude::*;
 
+include!("../app_including.rs");
+
 #[derive(Debug, Deserialize)]
-struct Payment {
-    id: u64,
-}
+struct Payment {}
 
 #[subscriber(RedisStream::new("payments").group("a"), backoff(exponentail(100ms, 2.0, max = 5min)))]
-async fn misspelt(payment: &Payment) -> HandlerOutcome {
-    if payment.id == 0 {
-        return HandlerOutcome::retry();
-    }
-    HandlerOutcome::ack()
+async fn misspelt(_: &Payment) -> HandlerOutcome {
+    HandlerOutcome::retry()
 }
 
 #[subscriber(RedisStream::new("payments").group("b"), backoff(linear(1s)))]
@@ -35,21 +32,10 @@ async fn not_jitter(_: &Payment) {}
 #[subscriber(RedisStream::new("payments").group("g"), backoff(exponential(100ms, 2.0, 5min)))]
 async fn unnamed_max(_: &Payment) {}
 
-#[ruststream::app]
-fn app() -> impl App {
-    RustStream::new(AppInfo::new("payments", "0.1.0")).with_broker(MemoryBroker::new(), |b| {
-        b.include(misspelt);
-        b.include(unknown);
-        b.include(missing);
-        b.include(no_delay);
-        b.include(bare);
-        b.include(not_jitter);
-        b.include(unnamed_max);
-    })
-}
+app_including!(misspelt, unknown, missing, no_delay, bare, not_jitter, unnamed_max);
 
 #[allow(dead_code)]
 async fn unit_test() {
-    let outcome = misspelt::handler(&Payment { id: 0 }).await;
+    let outcome = misspelt::handler(&Payment {}).await;
     assert_eq!(outcome, HandlerOutcome::retry());
 }

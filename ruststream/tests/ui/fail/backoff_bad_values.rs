@@ -3,17 +3,14 @@
 
 use ruststream::prelude::*;
 
+include!("../app_including.rs");
+
 #[derive(Debug, Deserialize)]
-struct Payment {
-    id: u64,
-}
+struct Payment {}
 
 #[subscriber(RedisStream::new("payments").group("a"), backoff(exponential(100ms, 0.5, max = 5min)))]
-async fn shrinking(payment: &Payment) -> HandlerOutcome {
-    if payment.id == 0 {
-        return HandlerOutcome::retry();
-    }
-    HandlerOutcome::ack()
+async fn shrinking(_: &Payment) -> HandlerOutcome {
+    HandlerOutcome::retry()
 }
 
 #[subscriber(RedisStream::new("payments").group("b"), backoff(fixed(0ms)))]
@@ -31,20 +28,10 @@ async fn units(_: &Payment) {}
 #[subscriber(RedisStream::new("payments").group("f"), backoff(fixed(Duration::from_secs(1))))]
 async fn not_a_literal(_: &Payment) {}
 
-#[ruststream::app]
-fn app() -> impl App {
-    RustStream::new(AppInfo::new("payments", "0.1.0")).with_broker(MemoryBroker::new(), |b| {
-        b.include(shrinking);
-        b.include(zero);
-        b.include(negative);
-        b.include(capped_below_base);
-        b.include(units);
-        b.include(not_a_literal);
-    })
-}
+app_including!(shrinking, zero, negative, capped_below_base, units, not_a_literal);
 
 #[allow(dead_code)]
 async fn unit_test() {
-    let outcome = shrinking::handler(&Payment { id: 0 }).await;
+    let outcome = shrinking::handler(&Payment {}).await;
     assert_eq!(outcome, HandlerOutcome::retry());
 }

@@ -3,15 +3,7 @@
 
 use ruststream::prelude::*;
 
-#[derive(Debug, Deserialize)]
-struct Ping {}
-
-#[subscriber(RedisStream::new("pings").group("pong"))]
-async fn pong(_: &Ping) {}
-
 #[ruststream::app]
 async fn app() -> impl App {
-    RustStream::new(AppInfo::new("pings", "0.1.0")).with_broker(MemoryBroker::new(), |b| {
-        b.include(pong);
-    })
+    RustStream::new(AppInfo::new("pings", "0.1.0"))
 }

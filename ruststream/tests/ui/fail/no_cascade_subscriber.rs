@@ -3,6 +3,8 @@
 
 use ruststream::prelude::*;
 
+include!("../app_including.rs");
+
 #[derive(Debug, Deserialize)]
 struct Payment {
     id: u64,
@@ -17,12 +19,7 @@ fn post_payment(payment: &Payment) -> HandlerOutcome {
     HandlerOutcome::ack()
 }
 
-#[ruststream::app]
-fn app() -> impl App {
-    RustStream::new(AppInfo::new("payments", "0.1.0")).with_broker(MemoryBroker::new(), |b| {
-        b.include(post_payment);
-    })
-}
+app_including!(post_payment);
 
 #[allow(dead_code)]
 async fn unit_test() {

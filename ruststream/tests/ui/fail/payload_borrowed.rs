@@ -4,6 +4,8 @@
 
 use ruststream::prelude::*;
 
+include!("../app_including.rs");
+
 #[derive(Debug, Deserialize)]
 struct Payment {
     id: u64,
@@ -24,11 +26,4 @@ async fn static_payload(payment: &'static Payment) {
     let _ = payment.id;
 }
 
-#[ruststream::app]
-fn app() -> impl App {
-    RustStream::new(AppInfo::new("payments", "0.1.0")).with_broker(MemoryBroker::new(), |b| {
-        b.include(borrowed_strings);
-        b.include(lifetime_parameter);
-        b.include(static_payload);
-    })
-}
+app_including!(borrowed_strings, lifetime_parameter, static_payload);

@@ -7,6 +7,8 @@ use std::borrow::Cow;
 
 use ruststream::prelude::*;
 
+include!("../app_including.rs");
+
 #[derive(Debug, Deserialize)]
 struct Note<'a> {
     text: &'a str,
@@ -27,10 +29,4 @@ async fn owned_fields(memo: Memo<'_>) {
     let _ = memo.text;
 }
 
-#[ruststream::app]
-fn app() -> impl App {
-    RustStream::new(AppInfo::new("notes", "0.1.0")).with_broker(MemoryBroker::new(), |b| {
-        b.include(borrowed_fields);
-        b.include(owned_fields);
-    })
-}
+app_including!(borrowed_fields, owned_fields);

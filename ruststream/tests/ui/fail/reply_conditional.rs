@@ -3,6 +3,8 @@
 
 use ruststream::prelude::*;
 
+include!("../app_including.rs");
+
 #[derive(Debug, Deserialize)]
 struct Payment {
     id: u64,
@@ -40,12 +42,4 @@ async fn returns_outcome(_: &Payment) -> HandlerOutcome {
     HandlerOutcome::ack()
 }
 
-#[ruststream::app]
-fn app() -> impl App {
-    RustStream::new(AppInfo::new("payments", "0.1.0")).with_broker(MemoryBroker::new(), |b| {
-        b.include(returns_unit);
-        b.include(returns_option);
-        b.include(returns_result);
-        b.include(returns_outcome);
-    })
-}
+app_including!(returns_unit, returns_option, returns_result, returns_outcome);

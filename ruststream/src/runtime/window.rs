@@ -1,0 +1,118 @@
+//! The adaptive read-ahead: how many entries a subscription reads at
+//! once. It follows the backlog: a read that comes back full doubles the
+//! next, up to the read-ahead bound (`prefetch(n)`, or
+//! `DEFAULT_READ_AHEAD`) and a memory bound in bytes; a short read halves
+//! it, down to the first read's size (4 per worker), so that a lone entry
+//! is handled at once and a backlog is read in large batches.
+//!
+//! The next read goes out while the last one is still being handled: once
+//! no more than half the window is unsettled, the reader asks for the rest,
+//! so the handlers never wait for a read, and entries read and not yet
+//! settled never pass the window (and so the bound: a crash redelivers at
+//! most that many, `docs/guarantees.md`).
+
+/// The most bytes (payloads and headers) of entries read and not yet
+/// settled, as far as the window can tell from the entries' average size.
+pub(super) const MAX_READ_AHEAD_BYTES: usize = 16 << 20;
+
+/// The window of one subscription.
+#[derive(Debug)]
+pub(super) struct ReadWindow {
+    /// The first read's size and the smallest window.
+    first: usize,
+    /// The read-ahead bound, in entries.
+    cap: usize,
+    /// The window now.
+    size: usize,
+    /// The average size of an entry read, in bytes (0 until one is read).
+    avg_bytes: usize,
+}
+
+impl ReadWindow {
+    pub(super) fn new(first: usize, cap: usize) -> Self {
+        let cap = cap.max(1);
+        let first = first.clamp(1, cap);
+        ReadWindow {
+            first,
+            cap,
+            size: first,
+            avg_bytes: 0,
+        }
+    }
+
+    /// The window now.
+    #[cfg(test)]
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    /// How many entries to read with `unsettled` entries read and not yet
+    /// settled; `None` while more than half the window is unsettled (the
+    /// handlers have work; read once they are half-way through it).
+    #[inline]
+    pub(super) fn ask(&self, unsettled: usize) -> Option<usize> {
+        let low_water = (self.size / 2).min(self.size.saturating_sub(1));
+        (unsettled <= low_water).then(|| self.size - unsettled)
+    }
+
+    /// A read that asked for `asked` entries got `got` of them, `bytes`
+    /// long together.
+    #[inline]
+    pub(super) fn took(&mut self, asked: usize, got: usize, bytes: usize) {
+        if let Some(per_entry) = bytes.checked_div(got) {
+            self.avg_bytes = if self.avg_bytes == 0 {
+                per_entry
+            } else {
+                (self.avg_bytes * 7 + per_entry) / 8
+            };
+        }
+        let by_bytes = MAX_READ_AHEAD_BYTES / self.avg_bytes.max(1);
+        let limit = self.cap.min(by_bytes).max(self.first);
+        if got >= asked {
+            self.size = self.size.saturating_mul(2).min(limit);
+        } else if got.saturating_mul(4) < asked {
+            self.size = (self.size / 2).max(self.first);
+        }
+        self.size = self.size.min(limit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_reads_grow_the_window_to_the_bound_and_short_ones_shrink_it() {
+        let mut w = ReadWindow::new(32, 512);
+        assert_eq!(w.ask(0), Some(32));
+        assert_eq!(w.ask(17), None, "more than half unsettled: wait");
+        assert_eq!(w.ask(16), Some(16));
+        for _ in 0..10 {
+            let asked = w.ask(0).unwrap_or(0);
+            w.took(asked, asked, asked * 100);
+        }
+        assert_eq!(w.size(), 512, "capped at the bound");
+        w.took(512, 3, 300);
+        assert_eq!(w.size(), 256);
+        for _ in 0..10 {
+            w.took(256, 1, 100);
+        }
+        assert_eq!(w.size(), 32, "never under the first read");
+    }
+
+    #[test]
+    fn large_entries_keep_the_window_within_the_byte_bound() {
+        let mut w = ReadWindow::new(4, 512);
+        for _ in 0..20 {
+            let asked = w.size();
+            w.took(asked, asked, asked * (1 << 20));
+        }
+        assert_eq!(w.size(), 16, "16 MiB of 1 MiB entries");
+    }
+
+    #[test]
+    fn a_window_of_one_reads_one_at_a_time() {
+        let w = ReadWindow::new(1, 1);
+        assert_eq!((w.ask(0), w.ask(1)), (Some(1), None));
+    }
+}
