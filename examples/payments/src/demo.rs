@@ -80,9 +80,14 @@ impl Printer {
 impl Observer for Printer {
     fn handled(&self, event: &Handled<'_>) {
         let Ok(payment) = serde_json::from_slice::<Payment>(event.delivery.entry.payload()) else {
+            let what = match event.settlement {
+                Settlement::DeadLettered { reason } => format!("dead letter: {reason}"),
+                other => format!("{other:?}"),
+            };
             println!(
-                "[demo] {} got an entry that is not a payment",
-                event.subscriber
+                "[t+{:5.1}s] {:<6} not a payment  {what}",
+                self.started.elapsed().as_secs_f64(),
+                event.group
             );
             return;
         };
@@ -197,6 +202,17 @@ pub async fn run(broker: Arc<dyn Broker>) -> Result<Summary, DemoError> {
             .await
             .map_err(DemoError::Publish)?;
     }
+
+    // An entry no subscriber can decode: each group dead-letters it, and
+    // the walkthrough in the README redrives it with the command-line tool.
+    println!("[t+  0.0s] publishing an entry that is not a payment (it has no amount)");
+    publisher
+        .publish_raw(
+            "payments",
+            ruststream::Message::new(br#"{"id":9,"account":"acct-eve"}"#.to_vec()),
+        )
+        .await
+        .map_err(|e| DemoError::Publish(e.into()))?;
 
     let migration = tokio::spawn(async move {
         tokio::time::sleep(MIGRATION_DONE_AFTER).await;
