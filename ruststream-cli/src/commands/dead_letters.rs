@@ -16,6 +16,9 @@ const PAGE: usize = 1_000;
 /// Characters of payload a listing shows.
 const PREVIEW: usize = 60;
 
+/// Characters of a reason a listing shows (`show` prints it whole).
+const REASON: usize = 100;
+
 /// A dead letter as the tool prints it: the admin endpoint's, plus the
 /// original id.
 #[derive(Debug, Serialize)]
@@ -96,7 +99,7 @@ pub(super) async fn list(target: &Target, format: Format, args: DeadLettersList)
                 table.row(vec![
                     d.id.to_string(),
                     d.original_id(),
-                    cut(&d.reason, PREVIEW),
+                    cut(&d.reason, REASON),
                     d.times_delivered.to_string(),
                     age(now_ms.saturating_sub(d.dead_at_ms)),
                     preview(&d.entry.payload, PREVIEW),
