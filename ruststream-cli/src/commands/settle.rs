@@ -1,0 +1,181 @@
+//! `redrive` and `discard`: select dead letters (by id, all, or by
+//! reason), confirm, change them, and say how many changed.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, IsTerminal, Write};
+
+use ruststream::EntryId;
+
+use super::dead_letters::each_dead_letter;
+use crate::cli::Selection;
+use crate::error::{CliError, CliResult};
+use crate::model::WriteResult;
+use crate::output::{self, Format};
+use crate::target::{Access, Conn, Target};
+
+/// Ids per broker call.
+const CHUNK: usize = 1_000;
+
+/// Which change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Change {
+    /// Make the dead letters owed again.
+    Redrive,
+    /// Drop them.
+    Discard,
+}
+
+impl Change {
+    fn verb(self) -> &'static str {
+        match self {
+            Change::Redrive => "redrive",
+            Change::Discard => "discard",
+        }
+    }
+
+    fn done(self) -> &'static str {
+        match self {
+            Change::Redrive => "redriven",
+            Change::Discard => "discarded",
+        }
+    }
+}
+
+/// Runs a redrive or discard.
+pub(super) async fn run(
+    target: &Target,
+    format: Format,
+    args: Selection,
+    change: Change,
+) -> CliResult<()> {
+    let access = if args.dry_run {
+        Access::Read
+    } else {
+        Access::Write
+    };
+    let conn = target.connect(access)?;
+    let ids = select(&conn, &args).await?;
+    let selected: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    if args.dry_run || ids.is_empty() {
+        return report(
+            format,
+            change,
+            &WriteResult {
+                dry_run: args.dry_run,
+                selected,
+                changed: 0,
+            },
+        );
+    }
+    if ids.len() > 1 && !args.yes {
+        confirm(change, ids.len(), &args)?;
+    }
+    let mut changed = 0;
+    for chunk in ids.chunks(CHUNK) {
+        changed += match change {
+            Change::Redrive => conn.redrive(&args.stream, &args.group, chunk).await?,
+            Change::Discard => conn.discard(&args.stream, &args.group, chunk).await?,
+        };
+    }
+    conn.finish().await?;
+    report(
+        format,
+        change,
+        &WriteResult {
+            dry_run: false,
+            selected,
+            changed,
+        },
+    )
+}
+
+/// The ids the selection names, each checked to be a dead letter of the
+/// group (an id that is not one stops the command before any change).
+async fn select(conn: &Conn, args: &Selection) -> CliResult<Vec<EntryId>> {
+    let (stream, group) = (&args.stream, &args.group);
+    if !args.ids.is_empty() {
+        let ids: BTreeSet<EntryId> = args.ids.iter().copied().collect();
+        for &id in &ids {
+            conn.dead_letter(stream, group, id).await?;
+        }
+        return Ok(ids.into_iter().collect());
+    }
+    let mut ids = Vec::new();
+    let contains = args.reason_contains.as_deref();
+    each_dead_letter(conn, stream, group, |letter| {
+        if contains.is_none_or(|text| letter.reason.contains(text)) {
+            ids.push(letter.id);
+        }
+        true
+    })
+    .await?;
+    Ok(ids)
+}
+
+/// Asks on the terminal; refuses when stdin is not one.
+fn confirm(change: Change, count: usize, args: &Selection) -> CliResult<()> {
+    let what = format!(
+        "{} {count} dead letters of group {:?} on stream {:?}",
+        change.verb(),
+        args.group,
+        args.stream
+    );
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err(CliError::Refused(format!(
+            "refusing to {what} without confirmation: stdin is not a terminal; \
+             pass --yes (or --dry-run to see them)"
+        )));
+    }
+    let mut stderr = std::io::stderr();
+    let _ = write!(stderr, "{}? [y/N] ", capitalized(&what));
+    let _ = stderr.flush();
+    let mut answer = String::new();
+    stdin
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| CliError::Runtime(format!("cannot read the answer: {e}")))?;
+    match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Ok(()),
+        _ => Err(CliError::Refused(format!(
+            "not confirmed: nothing {}",
+            change.done()
+        ))),
+    }
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
+fn report(format: Format, change: Change, result: &WriteResult) -> CliResult<()> {
+    match format {
+        Format::Json => output::emit_json(result),
+        Format::Table => {
+            let selected = result.selected.len();
+            let text = if result.dry_run {
+                let mut text = format!(
+                    "dry run: would {} {selected} dead letter(s); nothing changed\n",
+                    change.verb()
+                );
+                for id in &result.selected {
+                    text.push_str(&format!("  {id}\n"));
+                }
+                text
+            } else if selected == 0 {
+                format!("no dead letters selected: 0 {}\n", change.done())
+            } else {
+                format!(
+                    "{} {} of {selected} selected dead letter(s)\n",
+                    change.done(),
+                    result.changed
+                )
+            };
+            output::emit(&text)
+        }
+    }
+}

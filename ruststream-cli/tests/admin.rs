@@ -1,0 +1,367 @@
+//! The binary against a running app's admin endpoint: a full redrive
+//! round trip on a file log the app holds (the tool reads the directory
+//! read-only and sends changes through `--admin`), publish and tail, and
+//! consumers prune, with the token's refusals.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use ruststream::{
+    AppInfo, Broker, FileLogBroker, MemoryBroker, ReadMode, ReadRequest, RustStream, StreamStart,
+};
+use serde_json::json;
+use support::{GATE_REASON, Gate, TempDir, cli, until};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_is_listed_redriven_handled_and_gone() {
+    let dir = TempDir::new("admin");
+    let log = FileLogBroker::open(&dir.0).unwrap();
+    let (gate, state) = Gate::new("orders", "billing");
+    let app = RustStream::new(AppInfo::new("cli-admin", "0"))
+        .admin(([127, 0, 0, 1], 0).into())
+        .admin_token("t")
+        .with_broker(log.clone(), |b| {
+            b.include(gate);
+        })
+        .start()
+        .await
+        .unwrap();
+    let url = format!("http://{}", app.admin_addr().unwrap());
+    let a = ["--admin", url.as_str(), "--token", "t"];
+    let with =
+        |rest: &[&str]| -> Vec<String> { a.iter().chain(rest).map(|s| (*s).to_owned()).collect() };
+    async fn run(args: Vec<String>) -> support::Out {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cli(&args).await
+    }
+
+    // Published through the endpoint; the subscriber dead-letters it.
+    let published = run(with(&[
+        "--format",
+        "json",
+        "publish",
+        "orders",
+        "poison-7",
+        "-H",
+        "tenant=acme",
+    ]))
+    .await
+    .ok()
+    .json();
+    let id = published["ids"][0].as_str().unwrap().to_owned();
+    run(with(&["publish", "orders", "fine-1"])).await.ok();
+    until("the dead letter", || async {
+        let out = run(with(&[
+            "--format",
+            "json",
+            "dead-letters",
+            "orders",
+            "billing",
+        ]))
+        .await;
+        out.code == 0 && out.json().as_array().is_some_and(|a| a.len() == 1)
+    })
+    .await;
+    until("fine-1 acked", || async { state.acked() == ["fine-1"] }).await;
+
+    // Listed: JSON and table, through the endpoint and read-only on the
+    // directory the app holds.
+    let listed = run(with(&[
+        "--format",
+        "json",
+        "dead-letters",
+        "orders",
+        "billing",
+    ]))
+    .await
+    .ok()
+    .json();
+    assert_eq!(listed[0]["id"], id.as_str());
+    assert_eq!(listed[0]["original_id"], id.as_str());
+    assert_eq!(listed[0]["reason"], GATE_REASON);
+    assert_eq!(listed[0]["entry"]["headers"]["tenant"], "acme");
+    let table = run(with(&["dead-letters", "orders", "billing"]))
+        .await
+        .ok()
+        .stdout;
+    assert!(
+        table.contains(GATE_REASON) && table.contains("poison-7"),
+        "{table}"
+    );
+    let d = dir.arg();
+    log.sync().await.unwrap();
+    let on_disk = cli(&[
+        "--dir",
+        &d,
+        "--format",
+        "json",
+        "dead-letters",
+        "orders",
+        "billing",
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(on_disk[0]["id"], id.as_str());
+    let described = run(with(&["--format", "json", "describe", "orders", "billing"]))
+        .await
+        .ok()
+        .json();
+    assert_eq!(described["group"]["dead_letters"], 1);
+    assert_eq!(described["stream"]["groups"], json!(["billing"]));
+    let shown = run(with(&["dead-letters", "show", "orders", "billing", &id]))
+        .await
+        .ok()
+        .stdout;
+    assert!(
+        shown.contains("tenant: acme") && shown.contains(&format!("reason       {GATE_REASON}")),
+        "{shown}"
+    );
+
+    // The directory is held: changes there are refused, naming --admin.
+    cli(&["--dir", &d, "redrive", "orders", "billing", &id])
+        .await
+        .fails(4, &[&format!("pid {}", std::process::id()), "--admin"]);
+    // The endpoint wants the token.
+    cli(&["--admin", &url, "redrive", "orders", "billing", &id])
+        .await
+        .fails(4, &["token"]);
+    cli(&[
+        "--admin", &url, "--token", "wrong", "redrive", "orders", "billing", &id,
+    ])
+    .await
+    .fails(4, &["does not match"]);
+
+    // Redriven, handled, gone.
+    let dry = run(with(&[
+        "--format",
+        "json",
+        "redrive",
+        "orders",
+        "billing",
+        "--all",
+        "--dry-run",
+    ]))
+    .await
+    .ok()
+    .json();
+    assert_eq!(
+        dry,
+        json!({ "dry_run": true, "selected": [id], "changed": 0 })
+    );
+    state.open.store(true, Ordering::SeqCst);
+    let done = run(with(&[
+        "redrive",
+        "orders",
+        "billing",
+        "--reason-contains",
+        "gate is closed",
+    ]))
+    .await
+    .ok()
+    .stdout;
+    assert_eq!(done, "redriven 1 of 1 selected dead letter(s)\n");
+    until("the redriven entry acked", || async {
+        state.acked() == ["fine-1", "poison-7"]
+    })
+    .await;
+    let listed = run(with(&[
+        "--format",
+        "json",
+        "dead-letters",
+        "orders",
+        "billing",
+    ]))
+    .await
+    .ok()
+    .json();
+    assert_eq!(listed, json!([]));
+    until("nothing pending", || async {
+        let out = run(with(&["--format", "json", "describe", "orders", "billing"]))
+            .await
+            .json();
+        out["group"]["pending"] == 0
+    })
+    .await;
+    run(with(&["dead-letters", "show", "orders", "billing", &id]))
+        .await
+        .fails(3, &[&format!("no dead letter {id}")]);
+
+    // Unknown names, a bad id, through the endpoint.
+    cli(&["--admin", &url, "describe", "nowhere"])
+        .await
+        .fails(3, &["no stream \"nowhere\""]);
+    cli(&["--admin", &url, "pending", "orders", "nobody"])
+        .await
+        .fails(3, &["\"nobody\""]);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_tail_and_prune_through_the_endpoint() {
+    let broker = MemoryBroker::new();
+    let (gate, _state) = Gate::new("feed", "readers");
+    let app = RustStream::new(AppInfo::new("cli-admin-feed", "0"))
+        .admin(([127, 0, 0, 1], 0).into())
+        .admin_token("t")
+        .with_broker(broker.clone(), |b| {
+            b.include(gate);
+        })
+        .start()
+        .await
+        .unwrap();
+    let url = format!("http://{}", app.admin_addr().unwrap());
+
+    // publish, then tail --count, then tail following new entries.
+    let first = cli(&[
+        "--admin", &url, "--token", "t", "publish", "feed", "one", "--key", "k",
+    ])
+    .await
+    .ok()
+    .stdout
+    .trim()
+    .to_owned();
+    let tailed = cli(&[
+        "--admin", &url, "--format", "json", "tail", "feed", "--from", &first, "--count", "1",
+    ])
+    .await
+    .ok()
+    .stdout;
+    let entry: serde_json::Value = serde_json::from_str(tailed.trim()).unwrap();
+    assert_eq!(entry["payload"], "one");
+    assert_eq!(entry["headers"][ruststream::PARTITION_KEY_HEADER], "k");
+    let follow = {
+        let url = url.clone();
+        let from = first.clone();
+        tokio::spawn(async move {
+            cli(&[
+                "--admin",
+                &url,
+                "tail",
+                "feed",
+                "--from",
+                &from,
+                "--count",
+                "3",
+                "--interval",
+                "20ms",
+            ])
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cli_with_stdin(&url, "two\nthree\n").await;
+    let followed = tokio::time::timeout(Duration::from_secs(20), follow)
+        .await
+        .unwrap()
+        .unwrap()
+        .ok()
+        .stdout;
+    let payloads: Vec<&str> = followed
+        .lines()
+        .map(|l| l.rsplit("  ").next().unwrap())
+        .collect();
+    assert_eq!(payloads, ["one", "two", "three"], "{followed}");
+
+    // In a second group: `empty` read and holds nothing, `holder` holds
+    // an entry.
+    broker
+        .ensure_group("feed", "aux", StreamStart::New)
+        .await
+        .unwrap();
+    broker
+        .read(ReadRequest::new("feed", "aux", "empty", ReadMode::New, 1))
+        .await
+        .unwrap();
+    broker
+        .publish("feed", ruststream::Message::new("four"))
+        .await
+        .unwrap();
+    broker
+        .read(ReadRequest::new("feed", "aux", "holder", ReadMode::New, 1))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let dry = cli(&[
+        "--admin",
+        &url,
+        "--token",
+        "t",
+        "--format",
+        "json",
+        "consumers",
+        "prune",
+        "feed",
+        "aux",
+        "--idle",
+        "5ms",
+        "--dry-run",
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["deleted"], json!(["empty"]));
+    assert_eq!(dry["kept_holding"][0]["name"], "holder");
+    assert_eq!(dry["kept_holding"][0]["pending"], 1);
+    assert_eq!(broker.consumers("feed", "aux").await.unwrap().len(), 2);
+    cli(&[
+        "--admin",
+        &url,
+        "consumers",
+        "prune",
+        "feed",
+        "aux",
+        "--idle",
+        "5ms",
+    ])
+    .await
+    .fails(4, &["token"]);
+    let done = cli(&[
+        "--admin",
+        &url,
+        "--token",
+        "t",
+        "consumers",
+        "prune",
+        "feed",
+        "aux",
+        "--idle",
+        "5ms",
+    ])
+    .await
+    .ok()
+    .stdout;
+    assert!(
+        done.starts_with("deleted 1 consumer(s) idle over 5ms that hold nothing\n  empty\n"),
+        "{done}"
+    );
+    assert!(done.contains("  holder  pending 1"), "{done}");
+    let left: Vec<String> = broker
+        .consumers("feed", "aux")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(left, ["holder"]);
+    app.shutdown().await;
+}
+
+/// `publish feed --file -` with `lines` on stdin.
+async fn cli_with_stdin(url: &str, lines: &str) {
+    support::cli_with(
+        &[
+            "--admin", url, "--token", "t", "publish", "feed", "--file", "-",
+        ],
+        &[],
+        Some(lines),
+    )
+    .await
+    .ok();
+}

@@ -1,0 +1,561 @@
+//! The binary on a file log the test filled with `FileLogBroker`: every
+//! read command in table and JSON form on a directory the test holds open
+//! (the tool reads it read-only and refuses changes, naming the holder),
+//! and the changes on a directory nobody holds.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use ruststream::{Broker, EntryId, FileLogBroker, Message, ReadMode, ReadRequest, StreamStart};
+use support::{TempDir, cli};
+
+/// Stream `jobs`, group `g`: `job-1` and `job-2` pending under `c1`;
+/// `job-3` acked by `c2`; `poison-1` (header `tenant=acme`) and
+/// `poison-2` dead-lettered by `c2`, for a bad payload and a timeout.
+/// Returns the broker (holding the directory) and the dead letters' ids.
+async fn fill(dir: &TempDir) -> (FileLogBroker, EntryId, EntryId) {
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.ensure_group("jobs", "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    for text in ["job-1", "job-2", "job-3"] {
+        b.publish("jobs", Message::new(text)).await.unwrap();
+    }
+    b.publish(
+        "jobs",
+        Message::new("poison-1").with_header("tenant", "acme"),
+    )
+    .await
+    .unwrap();
+    b.publish("jobs", Message::new("poison-2")).await.unwrap();
+    b.read(ReadRequest::new("jobs", "g", "c1", ReadMode::New, 2))
+        .await
+        .unwrap();
+    let batch = b
+        .read(ReadRequest::new("jobs", "g", "c2", ReadMode::New, 3))
+        .await
+        .unwrap();
+    let ids: Vec<EntryId> = batch.deliveries.iter().map(|d| d.id()).collect();
+    b.ack("jobs", "g", &ids[..1]).await.unwrap();
+    b.dead_letter("jobs", "g", &ids[1..2], "bad payload: expected JSON")
+        .await
+        .unwrap();
+    b.dead_letter("jobs", "g", &ids[2..3], "timeout talking to the bank")
+        .await
+        .unwrap();
+    b.sync().await.unwrap();
+    (b, ids[1], ids[2])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
+    let dir = TempDir::new("held");
+    let (holder, poison1, _) = fill(&dir).await;
+    let d = dir.arg();
+    let d = d.as_str();
+
+    // streams
+    let table = cli(&["--dir", d, "streams"]).await.ok().stdout;
+    assert!(table.starts_with("STREAM"), "{table}");
+    assert!(
+        table.lines().nth(1).unwrap().starts_with("jobs  "),
+        "{table}"
+    );
+    let json = cli(&["--dir", d, "streams", "--format", "json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(json[0]["stream"], "jobs");
+    assert_eq!(json[0]["length"], 5);
+    assert_eq!(json[0]["groups"], serde_json::json!(["g"]));
+
+    // describe, flagging c1 (idle, holding two entries)
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let json = cli(&[
+        "--dir",
+        d,
+        "--format",
+        "json",
+        "describe",
+        "jobs",
+        "g",
+        "--idle-threshold",
+        "5ms",
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(json["stream"]["length"], 5);
+    let g = &json["group"];
+    assert_eq!(
+        (
+            g["pending"].as_u64(),
+            g["dead_letters"].as_u64(),
+            g["lag"].as_u64()
+        ),
+        (Some(2), Some(2), Some(0))
+    );
+    assert_eq!(g["consumers"], 2);
+    assert!(g["oldest_pending_ms"].as_u64().unwrap() >= 5, "{g}");
+    assert_eq!(g["idle_threshold_ms"], 5);
+    let consumers = g["consumer_list"].as_array().unwrap();
+    let c1 = consumers.iter().find(|c| c["name"] == "c1").unwrap();
+    let c2 = consumers.iter().find(|c| c["name"] == "c2").unwrap();
+    assert_eq!(
+        (c1["pending"].as_u64(), c1["idle_over_threshold"].as_bool()),
+        (Some(2), Some(true))
+    );
+    assert_eq!(
+        (c2["pending"].as_u64(), c2["idle_over_threshold"].as_bool()),
+        (Some(0), Some(false))
+    );
+    let table = cli(&[
+        "--dir",
+        d,
+        "describe",
+        "jobs",
+        "g",
+        "--idle-threshold",
+        "5ms",
+    ])
+    .await
+    .ok()
+    .stdout;
+    assert!(table.contains("dead letters    2"), "{table}");
+    let flagged: Vec<&str> = table
+        .lines()
+        .filter(|l| l.contains("! idle over"))
+        .collect();
+    assert_eq!(flagged.len(), 1, "{table}");
+    assert!(flagged[0].starts_with("c1 "), "{table}");
+    let json = cli(&["--dir", d, "--format", "json", "describe", "jobs"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(json["group"], serde_json::Value::Null);
+
+    // pending
+    let json = cli(&["--dir", d, "--format", "json", "pending", "jobs", "g"])
+        .await
+        .ok()
+        .json();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (
+            rows[0]["consumer"].as_str(),
+            rows[0]["times_delivered"].as_u64()
+        ),
+        (Some("c1"), Some(1))
+    );
+    let json = cli(&[
+        "--dir", d, "--format", "json", "pending", "jobs", "g", "--limit", "1",
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(json.as_array().unwrap().len(), 1);
+    let json = cli(&[
+        "--dir",
+        d,
+        "--format",
+        "json",
+        "pending",
+        "jobs",
+        "g",
+        "--consumer",
+        "c2",
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(json, serde_json::json!([]));
+    let json = cli(&[
+        "--dir",
+        d,
+        "--format",
+        "json",
+        "pending",
+        "jobs",
+        "g",
+        "--min-idle",
+        "1h",
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(json, serde_json::json!([]));
+    let table = cli(&["--dir", d, "pending", "jobs", "g"]).await.ok().stdout;
+    assert!(table.starts_with("ID"), "{table}");
+    assert_eq!(
+        table.lines().filter(|l| l.contains(" c1 ")).count(),
+        2,
+        "{table}"
+    );
+
+    // dead letters
+    let json = cli(&["--dir", d, "--format", "json", "dead-letters", "jobs", "g"])
+        .await
+        .ok()
+        .json();
+    let letters = json.as_array().unwrap();
+    assert_eq!(letters.len(), 2);
+    assert_eq!(letters[0]["id"], poison1.to_string());
+    assert_eq!(letters[0]["original_id"], poison1.to_string());
+    assert_eq!(letters[0]["reason"], "bad payload: expected JSON");
+    assert_eq!(letters[0]["times_delivered"], 1);
+    assert_eq!(letters[0]["entry"]["payload"], "poison-1");
+    assert_eq!(letters[0]["entry"]["headers"]["tenant"], "acme");
+    let table = cli(&["--dir", d, "dead-letters", "list", "jobs", "g"])
+        .await
+        .ok()
+        .stdout;
+    assert!(
+        table.contains("bad payload: expected JSON") && table.contains("poison-2"),
+        "{table}"
+    );
+    let id = poison1.to_string();
+    let shown = cli(&["--dir", d, "dead-letters", "show", "jobs", "g", &id])
+        .await
+        .ok()
+        .stdout;
+    assert!(
+        shown.contains("tenant: acme") && shown.contains("\npoison-1\n"),
+        "{shown}"
+    );
+    let json = cli(&[
+        "--dir",
+        d,
+        "--format",
+        "json",
+        "dead-letters",
+        "show",
+        "jobs",
+        "g",
+        &id,
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(
+        (json["id"].as_str(), json["entry"]["payload"].as_str()),
+        (Some(id.as_str()), Some("poison-1"))
+    );
+    cli(&["--dir", d, "dead-letters", "show", "jobs", "g", "1-0"])
+        .await
+        .fails(3, &["no dead letter 1-0", "\"g\"", "\"jobs\""]);
+
+    // Changes are refused, naming the holder and --admin; a dry run reads.
+    let pid = format!("pid {}", std::process::id());
+    cli(&["--dir", d, "redrive", "jobs", "g", "--all", "--yes"])
+        .await
+        .fails(4, &[&pid, "--admin"]);
+    cli(&["--dir", d, "publish", "jobs", "x"])
+        .await
+        .fails(4, &[&pid, "--admin"]);
+    cli(&[
+        "--dir",
+        d,
+        "consumers",
+        "prune",
+        "jobs",
+        "g",
+        "--idle",
+        "1ms",
+    ])
+    .await
+    .fails(4, &[&pid, "--admin"]);
+    let dry = cli(&[
+        "--dir",
+        d,
+        "--format",
+        "json",
+        "discard",
+        "jobs",
+        "g",
+        "--all",
+        "--dry-run",
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(
+        (
+            dry["dry_run"].as_bool(),
+            dry["selected"].as_array().map(Vec::len),
+            dry["changed"].as_u64()
+        ),
+        (Some(true), Some(2), Some(0))
+    );
+    assert_eq!(
+        holder.group_info("jobs", "g").await.unwrap().dead_letters,
+        2
+    );
+
+    // Unknown names.
+    cli(&["--dir", d, "describe", "jobs", "nope"])
+        .await
+        .fails(3, &["no consumer group \"nope\" on stream \"jobs\""]);
+    cli(&["--dir", d, "describe", "nothing"])
+        .await
+        .fails(3, &["no stream \"nothing\""]);
+    cli(&["--dir", d, "pending", "nothing", "g"])
+        .await
+        .fails(3, &["\"nothing\""]);
+
+    // tail reads what is there, then follows what the holder publishes,
+    // opening the directory again for each look.
+    let all = cli(&[
+        "--dir",
+        d,
+        "--format",
+        "json",
+        "tail",
+        "jobs",
+        "--from",
+        "0",
+        "--no-follow",
+    ])
+    .await
+    .ok()
+    .stdout;
+    assert_eq!(all.lines().count(), 5, "{all}");
+    let last: EntryId = holder.stream_info("jobs").await.unwrap().unwrap().last_id;
+    let from = last.next().to_string();
+    let args: Vec<String> = [
+        "--dir",
+        d,
+        "--format",
+        "json",
+        "tail",
+        "jobs",
+        "--from",
+        &from,
+        "--count",
+        "2",
+        "--interval",
+        "20ms",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let tail = tokio::spawn(async move {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cli(&args).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    holder
+        .publish("jobs", Message::new("late-1"))
+        .await
+        .unwrap();
+    holder
+        .publish("jobs", Message::new("late-2"))
+        .await
+        .unwrap();
+    let tailed = tokio::time::timeout(Duration::from_secs(20), tail)
+        .await
+        .unwrap()
+        .unwrap()
+        .ok();
+    let payloads: Vec<String> = tailed
+        .stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["payload"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(payloads, ["late-1", "late-2"]);
+    drop(holder);
+}
+
+/// Opens the directory in the test, waiting for the tool's lock to go.
+fn reopen(dir: &TempDir) -> FileLogBroker {
+    for _ in 0..100 {
+        match FileLogBroker::open(&dir.0) {
+            Ok(b) => return b,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    FileLogBroker::open(&dir.0).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_on_a_file_log_nobody_holds() {
+    let dir = TempDir::new("free");
+    let (b, poison1, poison2) = fill(&dir).await;
+    drop(b);
+    let d = dir.arg();
+    let d = d.as_str();
+
+    // Two selected, no --yes, stdin not a terminal: refused.
+    cli(&["--dir", d, "redrive", "jobs", "g", "--all"])
+        .await
+        .fails(4, &["stdin is not a terminal", "--yes", "2 dead letters"]);
+    let dry = cli(&[
+        "--dir",
+        d,
+        "--format",
+        "json",
+        "discard",
+        "jobs",
+        "g",
+        "--reason-contains",
+        "timeout",
+        "--dry-run",
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(
+        dry,
+        serde_json::json!({ "dry_run": true, "selected": [poison2.to_string()], "changed": 0 })
+    );
+    let done = cli(&[
+        "--dir",
+        d,
+        "discard",
+        "jobs",
+        "g",
+        "--reason-contains",
+        "timeout",
+    ])
+    .await
+    .ok()
+    .stdout;
+    assert_eq!(done, "discarded 1 of 1 selected dead letter(s)\n");
+    let id = poison1.to_string();
+    let done = cli(&["--dir", d, "--format", "json", "redrive", "jobs", "g", &id])
+        .await
+        .ok()
+        .json();
+    assert_eq!(
+        done,
+        serde_json::json!({ "dry_run": false, "selected": [id], "changed": 1 })
+    );
+    cli(&["--dir", d, "redrive", "jobs", "g", &id])
+        .await
+        .fails(3, &[&format!("no dead letter {id}")]);
+    let b = reopen(&dir);
+    let info = b.group_info("jobs", "g").await.unwrap();
+    assert_eq!((info.dead_letters, info.pending), (0, 3));
+    drop(b);
+
+    // Prune: c2 holds nothing and goes; c1 holds entries and stays.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let dry = cli(&[
+        "--dir",
+        d,
+        "--format",
+        "json",
+        "consumers",
+        "prune",
+        "jobs",
+        "g",
+        "--idle",
+        "1ms",
+        "--dry-run",
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["deleted"], serde_json::json!(["c2"]));
+    assert_eq!(dry["kept_holding"][0]["name"], "c1");
+    assert_eq!(dry["kept_holding"][0]["pending"], 2);
+    let json = cli(&["--dir", d, "--format", "json", "describe", "jobs", "g"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(json["group"]["consumers"], 2, "the dry run deleted nothing");
+    let table = cli(&[
+        "--dir",
+        d,
+        "consumers",
+        "prune",
+        "jobs",
+        "g",
+        "--idle",
+        "1ms",
+    ])
+    .await
+    .ok()
+    .stdout;
+    assert!(
+        table.starts_with("deleted 1 consumer(s)") && table.contains("  c2\n"),
+        "{table}"
+    );
+    assert!(
+        table.contains("kept 1 consumer(s) that still hold entries")
+            && table.contains("  c1  pending 2"),
+        "{table}"
+    );
+    let json = cli(&["--dir", d, "--format", "json", "describe", "jobs", "g"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(json["group"]["consumers"], 1);
+    assert_eq!(json["group"]["consumer_list"][0]["name"], "c1");
+
+    // Publish (a payload, headers, a key; then a file), then tail.
+    let json = cli(&[
+        "--dir", d, "--format", "json", "publish", "news", "hello", "-H", "a=b", "--key", "acct-1",
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(json["stream"], "news");
+    let first = json["ids"][0].as_str().unwrap().to_owned();
+    let file = dir.0.join("lines.txt");
+    std::fs::write(&file, "one\n\ntwo\n").unwrap();
+    let ids = cli(&[
+        "--dir",
+        d,
+        "publish",
+        "news",
+        "--file",
+        &file.display().to_string(),
+    ])
+    .await
+    .ok()
+    .stdout;
+    assert_eq!(ids.lines().count(), 2, "{ids}");
+    let tailed = cli(&[
+        "--dir", d, "--format", "json", "tail", "news", "--from", &first, "--count", "3",
+    ])
+    .await
+    .ok()
+    .stdout;
+    let entries: Vec<serde_json::Value> = tailed
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(entries.len(), 3);
+    assert_eq!(entries[0]["id"], first.as_str());
+    assert_eq!(entries[0]["headers"]["a"], "b");
+    assert_eq!(
+        entries[0]["headers"][ruststream::PARTITION_KEY_HEADER],
+        "acct-1"
+    );
+    assert_eq!(
+        (
+            entries[1]["payload"].as_str(),
+            entries[2]["payload"].as_str()
+        ),
+        (Some("one"), Some("two"))
+    );
+    let table = cli(&["--dir", d, "tail", "news", "--from", &first, "--count", "1"])
+        .await
+        .ok()
+        .stdout;
+    assert_eq!(
+        table,
+        format!("{first}  [a=b ruststream-partition-key=acct-1]  hello\n")
+    );
+}
