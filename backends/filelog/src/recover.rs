@@ -215,8 +215,12 @@ pub(crate) fn load_stream(
 /// Replays a snapshot file into `apply`; returns its length. Every record
 /// must be valid (snapshots are never written in place) and the end marker
 /// must count every change.
-pub(crate) fn replay_snapshot(path: &Path, mut apply: impl FnMut(Change)) -> BrokerResult<u64> {
-    let bytes = read_file(path, format::SNAPSHOT_TAG, Access::Own)?;
+pub(crate) fn replay_snapshot(
+    path: &Path,
+    access: Access,
+    mut apply: impl FnMut(Change),
+) -> BrokerResult<u64> {
+    let bytes = read_file(path, format::SNAPSHOT_TAG, access)?;
     let mut applied = 0u64;
     let mut ended = None;
     walk_frames(path, &bytes, Tail::Refuse, |kind, body| {
@@ -374,7 +378,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
         engine.restore(change);
     };
     if snapshot.exists() {
-        snapshot_bytes = replay_snapshot(&snapshot, &mut apply)?;
+        snapshot_bytes = replay_snapshot(&snapshot, access, &mut apply)?;
     }
     let journal = journal_path(&state_dir, generation);
     let journal_bytes = if journal.exists() {

@@ -613,7 +613,17 @@ impl Store {
     /// before the new snapshot is in place leaves everything as it was, and
     /// the next try waits until the journal has grown by another
     /// `compact_journal_bytes`.
+    /// Fails on a read-only view: it must never write to the holder's
+    /// files (compaction and retention are the holder's to do).
+    fn refuse_if_read_only(&self) -> BrokerResult<()> {
+        match self.refuses_changes() {
+            Some(refused) => Err(refused),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn compact(&mut self, engine: &Engine) -> BrokerResult<()> {
+        self.refuse_if_read_only()?;
         self.syncer.check()?;
         self.wants_compaction = false;
         let result = self.write_snapshot(engine);
@@ -762,6 +772,7 @@ impl Store {
         engine: &mut Engine,
         now_ms: u64,
     ) -> BrokerResult<()> {
+        self.refuse_if_read_only()?;
         self.syncer.check()?;
         let mut changes = Vec::new();
         for (stream, below) in self.retention_targets(now_ms) {

@@ -161,7 +161,7 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
         };
         let snapshot_file = snapshot_path(&store.state_dir(), store.journal.generation);
         if snapshot_file.exists() {
-            replay_snapshot(&snapshot_file, &mut apply)?;
+            replay_snapshot(&snapshot_file, Access::Own, &mut apply)?;
         }
         replay_journal(&store.journal.path, Access::Own, &mut apply)?;
     }

@@ -116,6 +116,12 @@ async fn a_held_log_reads_the_same_and_refuses_changes_naming_the_holder() {
         holder.group_info("jobs", "g1").await.unwrap(),
         "a refused call changed nothing in the view"
     );
+    // Compaction and retention are the holder's: a view refuses them.
+    assert!(matches!(view.compact(), Err(BrokerError::InUse { .. })));
+    assert!(matches!(
+        view.enforce_retention().await,
+        Err(BrokerError::InUse { .. })
+    ));
     drop(view);
     assert_eq!(files(&dir.0), before, "the view wrote nothing");
 

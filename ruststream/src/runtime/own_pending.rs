@@ -49,6 +49,8 @@ pub(super) struct TwinWatch {
     pub(super) window: Duration,
     /// Whether a live process sharing the name was warned about.
     warned: bool,
+    /// When the subscription started.
+    started: tokio::time::Instant,
 }
 
 impl TwinWatch {
@@ -57,6 +59,27 @@ impl TwinWatch {
             state: TwinLook::AtStart,
             window,
             warned: false,
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Which own pending entries a look considers: on a claiming or
+    /// reclaim subscription only those last delivered before it started
+    /// (its own retries stay pending under its name, unrefreshed, on
+    /// purpose, for a claiming read once `min_idle` has passed: they are
+    /// neither another process's nor strays); on a `new` one, all.
+    pub(super) fn delivered_before(&self, env: &Env) -> Option<u64> {
+        env.subscription
+            .stream
+            .retries_in_place()
+            .then(|| u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Looks again once the live window has passed, unless a look is
+    /// already coming.
+    pub(super) fn arm_if_off(&mut self) {
+        if matches!(self.state, TwinLook::Off) {
+            self.state = TwinLook::Armed(Box::pin(tokio::time::sleep(self.window)));
         }
     }
 
@@ -192,9 +215,14 @@ pub(super) fn look_for_a_twin(
     holding: Vec<EntryId>,
     window: Duration,
     hand_back_stale: bool,
+    delivered_before: Option<u64>,
 ) -> BrokerFuture<'_, Look> {
     Box::pin(async move {
-        let strays = own_strays(env, &holding).await?;
+        let mut strays = own_strays(env, &holding).await?;
+        // Idle longer than the subscription has run: delivered before it.
+        if let Some(ran_ms) = delivered_before {
+            strays.retain(|p| p.idle_ms >= ran_ms);
+        }
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
         let (stale, fresh): (Vec<PendingEntry>, Vec<PendingEntry>) =
             strays.into_iter().partition(|p| p.idle_ms >= window_ms);

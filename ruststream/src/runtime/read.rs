@@ -164,28 +164,6 @@ impl<'a> Reader<'a> {
         // Decisions of this wake were pushed to the outbox before this is
         // called, so they count already.
         let unsettled = usize::try_from(env.counters.in_flight()).unwrap_or(usize::MAX);
-        let window = self.twin.window;
-        match self.twin.state {
-            TwinLook::AtStart => {
-                self.twin.state = TwinLook::Off;
-                self.looking = Some(look_for_a_twin(env, Vec::new(), window, false));
-                return;
-            }
-            // Like the re-check: only once every decision made has landed,
-            // so an entry whose ack is on its way is not taken for a stray.
-            TwinLook::Due if unsettled == in_lanes && !self.recheck => {
-                self.twin.state = TwinLook::Off;
-                self.room = None;
-                self.looking = Some(look_for_a_twin(env, holding(), window, true));
-                return;
-            }
-            TwinLook::Due if self.room.is_none() => {
-                self.room = Some(Box::pin(self.outbox.settled.notified()));
-                return;
-            }
-            TwinLook::Due => return,
-            TwinLook::Armed(_) | TwinLook::Off => {}
-        }
         if self.recheck {
             // Only once every decision made has reached the broker (nothing
             // in flight but what the lanes hold): any other entry pending
@@ -200,7 +178,31 @@ impl<'a> Reader<'a> {
             }
             return;
         }
-        let Some(count) = self.window.ask(unsettled) else {
+        let window = self.twin.window;
+        match self.twin.state {
+            TwinLook::AtStart => {
+                self.twin.state = TwinLook::Off;
+                self.looking = Some(look_for_a_twin(env, Vec::new(), window, false, None));
+                return;
+            }
+            // Like the re-check: only once every decision made has landed,
+            // so an entry whose ack is on its way is not taken for a stray.
+            TwinLook::Due if unsettled == in_lanes => {
+                self.twin.state = TwinLook::Off;
+                self.room = None;
+                let before = self.twin.delivered_before(env);
+                self.looking = Some(look_for_a_twin(env, holding(), window, true, before));
+                return;
+            }
+            TwinLook::Due if self.room.is_none() => {
+                self.room = Some(Box::pin(self.outbox.settled.notified()));
+                return;
+            }
+            TwinLook::Due => return,
+            TwinLook::Armed(_) | TwinLook::Off => {}
+        }
+        let parked = usize::try_from(env.counters.held()).unwrap_or(usize::MAX);
+        let Some(count) = self.window.ask(unsettled, parked) else {
             if self.room.is_none() {
                 self.room = Some(Box::pin(self.outbox.settled.notified()));
             }
@@ -320,14 +322,20 @@ impl<'a> Reader<'a> {
         // which counts no delivery) and hands back those its lanes do not
         // hold: owed at once, the next read takes them, counted as
         // redeliveries. New reads pause meanwhile. A failed own-pending read
-        // (start-up recovery) loses nothing: what it would have handed out
-        // is still pending here, and a group the broker lost took its
+        // (start-up recovery) leaves what it would have handed out pending
+        // here, possibly claimed afresh: the next look at the own pending
+        // list hands it back once stale; a group the broker lost took its
         // pending list with it.
-        if self.recovering.is_none()
-            && !self.env.subscription.stream.retries_in_place()
-            && !matches!(error, BrokerError::NoGroup { .. })
-        {
+        let new_kind = !self.env.subscription.stream.retries_in_place();
+        if self.recovering.is_none() && new_kind && !matches!(error, BrokerError::NoGroup { .. }) {
             self.recheck = true;
+        }
+        // A recovery page whose reply was lost may have claimed entries
+        // (their idle time starts again), which the page read again skips
+        // as fresh: the look after the live window hands them back once
+        // stale.
+        if self.recovering.is_some() && new_kind {
+            self.twin.arm_if_off();
         }
         let env = self.env;
         if !std::mem::take(&mut self.rechecking) {

@@ -8,8 +8,9 @@
 //! The next read goes out while the last one is still being handled: once
 //! no more than half the window is unsettled, the reader asks for the rest,
 //! so the handlers never wait for a read, and entries read and not yet
-//! settled never pass the window (and so the bound: a crash redelivers at
-//! most that many, `docs/guarantees.md`).
+//! settled never pass the bound (a crash redelivers at most that many,
+//! `docs/guarantees.md`). Entries parked on `by_key` lanes for a retry's
+//! delay count against the bound, not against the window.
 
 /// The most bytes (payloads and headers) of entries read and not yet
 /// settled, as far as the window can tell from the entries' average size.
@@ -47,12 +48,21 @@ impl ReadWindow {
     }
 
     /// How many entries to read with `unsettled` entries read and not yet
-    /// settled; `None` while more than half the window is unsettled (the
-    /// handlers have work; read once they are half-way through it).
+    /// settled, `parked` of them held on `by_key` lanes for a retry's
+    /// delay; `None` while more than half the window is in work (the
+    /// handlers have work; read once they are half-way through it), or the
+    /// bound is reached. Parked entries count against the bound but not
+    /// against the window, so keys waiting for a retry do not stop the
+    /// others.
     #[inline]
-    pub(super) fn ask(&self, unsettled: usize) -> Option<usize> {
+    pub(super) fn ask(&self, unsettled: usize, parked: usize) -> Option<usize> {
+        let working = unsettled.saturating_sub(parked);
         let low_water = (self.size / 2).min(self.size.saturating_sub(1));
-        (unsettled <= low_water).then(|| self.size - unsettled)
+        if working > low_water {
+            return None;
+        }
+        let count = (self.size - working).min(self.cap.saturating_sub(unsettled));
+        (count > 0).then_some(count)
     }
 
     /// A read that asked for `asked` entries got `got` of them, `bytes`
@@ -84,11 +94,13 @@ mod tests {
     #[test]
     fn full_reads_grow_the_window_to_the_bound_and_short_ones_shrink_it() {
         let mut w = ReadWindow::new(32, 512);
-        assert_eq!(w.ask(0), Some(32));
-        assert_eq!(w.ask(17), None, "more than half unsettled: wait");
-        assert_eq!(w.ask(16), Some(16));
+        assert_eq!(w.ask(0, 0), Some(32));
+        assert_eq!(w.ask(17, 0), None, "more than half unsettled: wait");
+        assert_eq!(w.ask(16, 0), Some(16));
+        assert_eq!(w.ask(40, 30), Some(22), "parked entries do not count");
+        assert_eq!(w.ask(512, 500), None, "the bound is reached");
         for _ in 0..10 {
-            let asked = w.ask(0).unwrap_or(0);
+            let asked = w.ask(0, 0).unwrap_or(0);
             w.took(asked, asked, asked * 100);
         }
         assert_eq!(w.size(), 512, "capped at the bound");
@@ -113,6 +125,6 @@ mod tests {
     #[test]
     fn a_window_of_one_reads_one_at_a_time() {
         let w = ReadWindow::new(1, 1);
-        assert_eq!((w.ask(0), w.ask(1)), (Some(1), None));
+        assert_eq!((w.ask(0, 0), w.ask(1, 0)), (Some(1), None));
     }
 }
