@@ -15,7 +15,7 @@ use ruststream::{
     AppInfo, Broker, FileLogBroker, MemoryBroker, ReadMode, ReadRequest, RustStream, StreamStart,
 };
 use serde_json::json;
-use support::{GATE_REASON, Gate, TempDir, cli, until};
+use support::{GATE_REASON, Gate, TempDir, cli, json_of, until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_is_listed_redriven_handled_and_gone() {
@@ -95,18 +95,7 @@ async fn a_dead_letter_is_listed_redriven_handled_and_gone() {
     );
     let d = dir.arg();
     log.sync().await.unwrap();
-    let on_disk = cli(&[
-        "--dir",
-        &d,
-        "--format",
-        "json",
-        "dead-letters",
-        "orders",
-        "billing",
-    ])
-    .await
-    .ok()
-    .json();
+    let on_disk = json_of(&["--dir", &d], &["dead-letters", "orders", "billing"]).await;
     assert_eq!(on_disk[0]["id"], id.as_str());
     let described = run(with(&["--format", "json", "describe", "orders", "billing"]))
         .await
@@ -287,24 +276,19 @@ async fn publish_tail_and_prune_through_the_endpoint() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let dry = cli(&[
-        "--admin",
-        &url,
-        "--token",
-        "t",
-        "--format",
-        "json",
-        "consumers",
-        "prune",
-        "feed",
-        "aux",
-        "--idle",
-        "5ms",
-        "--dry-run",
-    ])
-    .await
-    .ok()
-    .json();
+    let dry = json_of(
+        &["--admin", &url, "--token", "t"],
+        &[
+            "consumers",
+            "prune",
+            "feed",
+            "aux",
+            "--idle",
+            "5ms",
+            "--dry-run",
+        ],
+    )
+    .await;
     assert_eq!(dry["dry_run"], true);
     assert_eq!(dry["deleted"], json!(["empty"]));
     assert_eq!(dry["kept_holding"][0]["name"], "holder");

@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use ruststream::{Broker, EntryId, FileLogBroker, Message, ReadMode, ReadRequest, StreamStart};
-use support::{TempDir, cli};
+use support::{TempDir, cli, json_of};
 
 /// Stream `jobs`, group `g`: `job-1` and `job-2` pending under `c1`;
 /// `job-3` acked by `c2`; `poison-1` (header `tenant=acme`) and
@@ -75,20 +75,11 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
 
     // describe, flagging c1 (idle, holding two entries)
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let json = cli(&[
-        "--dir",
-        d,
-        "--format",
-        "json",
-        "describe",
-        "jobs",
-        "g",
-        "--idle-threshold",
-        "5ms",
-    ])
-    .await
-    .ok()
-    .json();
+    let json = json_of(
+        &["--dir", d],
+        &["describe", "jobs", "g", "--idle-threshold", "5ms"],
+    )
+    .await;
     assert_eq!(json["stream"]["length"], 5);
     let g = &json["group"];
     assert_eq!(
@@ -132,17 +123,11 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
         .collect();
     assert_eq!(flagged.len(), 1, "{table}");
     assert!(flagged[0].starts_with("c1 "), "{table}");
-    let json = cli(&["--dir", d, "--format", "json", "describe", "jobs"])
-        .await
-        .ok()
-        .json();
+    let json = json_of(&["--dir", d], &["describe", "jobs"]).await;
     assert_eq!(json["group"], serde_json::Value::Null);
 
     // pending
-    let json = cli(&["--dir", d, "--format", "json", "pending", "jobs", "g"])
-        .await
-        .ok()
-        .json();
+    let json = json_of(&["--dir", d], &["pending", "jobs", "g"]).await;
     let rows = json.as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(
@@ -152,42 +137,11 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
         ),
         (Some("c1"), Some(1))
     );
-    let json = cli(&[
-        "--dir", d, "--format", "json", "pending", "jobs", "g", "--limit", "1",
-    ])
-    .await
-    .ok()
-    .json();
+    let json = json_of(&["--dir", d], &["pending", "jobs", "g", "--limit", "1"]).await;
     assert_eq!(json.as_array().unwrap().len(), 1);
-    let json = cli(&[
-        "--dir",
-        d,
-        "--format",
-        "json",
-        "pending",
-        "jobs",
-        "g",
-        "--consumer",
-        "c2",
-    ])
-    .await
-    .ok()
-    .json();
+    let json = json_of(&["--dir", d], &["pending", "jobs", "g", "--consumer", "c2"]).await;
     assert_eq!(json, serde_json::json!([]));
-    let json = cli(&[
-        "--dir",
-        d,
-        "--format",
-        "json",
-        "pending",
-        "jobs",
-        "g",
-        "--min-idle",
-        "1h",
-    ])
-    .await
-    .ok()
-    .json();
+    let json = json_of(&["--dir", d], &["pending", "jobs", "g", "--min-idle", "1h"]).await;
     assert_eq!(json, serde_json::json!([]));
     let table = cli(&["--dir", d, "pending", "jobs", "g"]).await.ok().stdout;
     assert!(table.starts_with("ID"), "{table}");
@@ -198,10 +152,7 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
     );
 
     // dead letters
-    let json = cli(&["--dir", d, "--format", "json", "dead-letters", "jobs", "g"])
-        .await
-        .ok()
-        .json();
+    let json = json_of(&["--dir", d], &["dead-letters", "jobs", "g"]).await;
     let letters = json.as_array().unwrap();
     assert_eq!(letters.len(), 2);
     assert_eq!(letters[0]["id"], poison1.to_string());
@@ -227,20 +178,7 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
         shown.contains("tenant: acme") && shown.contains("\npoison-1\n"),
         "{shown}"
     );
-    let json = cli(&[
-        "--dir",
-        d,
-        "--format",
-        "json",
-        "dead-letters",
-        "show",
-        "jobs",
-        "g",
-        &id,
-    ])
-    .await
-    .ok()
-    .json();
+    let json = json_of(&["--dir", d], &["dead-letters", "show", "jobs", "g", &id]).await;
     assert_eq!(
         (json["id"].as_str(), json["entry"]["payload"].as_str()),
         (Some(id.as_str()), Some("poison-1"))
@@ -269,20 +207,11 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
     ])
     .await
     .fails(4, &[&pid, "--admin"]);
-    let dry = cli(&[
-        "--dir",
-        d,
-        "--format",
-        "json",
-        "discard",
-        "jobs",
-        "g",
-        "--all",
-        "--dry-run",
-    ])
-    .await
-    .ok()
-    .json();
+    let dry = json_of(
+        &["--dir", d],
+        &["discard", "jobs", "g", "--all", "--dry-run"],
+    )
+    .await;
     assert_eq!(
         (
             dry["dry_run"].as_bool(),
@@ -398,21 +327,18 @@ async fn changes_on_a_file_log_nobody_holds() {
     cli(&["--dir", d, "redrive", "jobs", "g", "--all"])
         .await
         .fails(4, &["stdin is not a terminal", "--yes", "2 dead letters"]);
-    let dry = cli(&[
-        "--dir",
-        d,
-        "--format",
-        "json",
-        "discard",
-        "jobs",
-        "g",
-        "--reason-contains",
-        "timeout",
-        "--dry-run",
-    ])
-    .await
-    .ok()
-    .json();
+    let dry = json_of(
+        &["--dir", d],
+        &[
+            "discard",
+            "jobs",
+            "g",
+            "--reason-contains",
+            "timeout",
+            "--dry-run",
+        ],
+    )
+    .await;
     assert_eq!(
         dry,
         serde_json::json!({ "dry_run": true, "selected": [poison2.to_string()], "changed": 0 })
@@ -431,10 +357,7 @@ async fn changes_on_a_file_log_nobody_holds() {
     .stdout;
     assert_eq!(done, "discarded 1 of 1 selected dead letter(s)\n");
     let id = poison1.to_string();
-    let done = cli(&["--dir", d, "--format", "json", "redrive", "jobs", "g", &id])
-        .await
-        .ok()
-        .json();
+    let done = json_of(&["--dir", d], &["redrive", "jobs", "g", &id]).await;
     assert_eq!(
         done,
         serde_json::json!({ "dry_run": false, "selected": [id], "changed": 1 })
@@ -449,30 +372,24 @@ async fn changes_on_a_file_log_nobody_holds() {
 
     // Prune: c2 holds nothing and goes; c1 holds entries and stays.
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let dry = cli(&[
-        "--dir",
-        d,
-        "--format",
-        "json",
-        "consumers",
-        "prune",
-        "jobs",
-        "g",
-        "--idle",
-        "1ms",
-        "--dry-run",
-    ])
-    .await
-    .ok()
-    .json();
+    let dry = json_of(
+        &["--dir", d],
+        &[
+            "consumers",
+            "prune",
+            "jobs",
+            "g",
+            "--idle",
+            "1ms",
+            "--dry-run",
+        ],
+    )
+    .await;
     assert_eq!(dry["dry_run"], true);
     assert_eq!(dry["deleted"], serde_json::json!(["c2"]));
     assert_eq!(dry["kept_holding"][0]["name"], "c1");
     assert_eq!(dry["kept_holding"][0]["pending"], 2);
-    let json = cli(&["--dir", d, "--format", "json", "describe", "jobs", "g"])
-        .await
-        .ok()
-        .json();
+    let json = json_of(&["--dir", d], &["describe", "jobs", "g"]).await;
     assert_eq!(json["group"]["consumers"], 2, "the dry run deleted nothing");
     let table = cli(&[
         "--dir",
@@ -496,20 +413,16 @@ async fn changes_on_a_file_log_nobody_holds() {
             && table.contains("  c1  pending 2"),
         "{table}"
     );
-    let json = cli(&["--dir", d, "--format", "json", "describe", "jobs", "g"])
-        .await
-        .ok()
-        .json();
+    let json = json_of(&["--dir", d], &["describe", "jobs", "g"]).await;
     assert_eq!(json["group"]["consumers"], 1);
     assert_eq!(json["group"]["consumer_list"][0]["name"], "c1");
 
     // Publish (a payload, headers, a key; then a file), then tail.
-    let json = cli(&[
-        "--dir", d, "--format", "json", "publish", "news", "hello", "-H", "a=b", "--key", "acct-1",
-    ])
-    .await
-    .ok()
-    .json();
+    let json = json_of(
+        &["--dir", d],
+        &["publish", "news", "hello", "-H", "a=b", "--key", "acct-1"],
+    )
+    .await;
     assert_eq!(json["stream"], "news");
     let first = json["ids"][0].as_str().unwrap().to_owned();
     let file = dir.0.join("lines.txt");

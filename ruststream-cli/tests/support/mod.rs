@@ -57,6 +57,15 @@ impl Out {
     }
 }
 
+/// Runs `ruststream TARGET.. --format json COMMAND..`, which must succeed,
+/// and parses what it prints.
+pub async fn json_of(target: &[&str], command: &[&str]) -> Value {
+    let mut args = target.to_vec();
+    args.extend(["--format", "json"]);
+    args.extend_from_slice(command);
+    cli(&args).await.ok().json()
+}
+
 /// Runs the binary with `args`, stdin empty (not a terminal), and no
 /// target or token from the environment.
 pub async fn cli(args: &[&str]) -> Out {
