@@ -96,7 +96,12 @@ impl TwinWatch {
 
     /// Takes in what a look at the own pending list found: warns (once)
     /// about a live process that seems to share the consumer name, and
-    /// looks again after the live window while it holds entries.
+    /// looks again after the live window: on a claiming or reclaim
+    /// subscription while the other process holds entries (its claiming
+    /// reads take back what goes stale anyway), on a `new` one always, so
+    /// that what it knows of another process stays current (its shutdown
+    /// and its re-checks then leave that process's entries alone) and
+    /// nothing stays stranded under its name for longer than a window.
     pub(super) fn looked(&mut self, env: &Env, result: BrokerResult<Look>) {
         let window = self.window;
         let look_again = match result {
@@ -131,7 +136,7 @@ impl TwinWatch {
                     );
                 }
                 env.counters.set_name_shared(look.fresh > 0);
-                look.fresh > 0
+                look.fresh > 0 || !env.subscription.stream.retries_in_place()
             }
             Err(error) => {
                 tracing::warn!(
@@ -247,6 +252,11 @@ pub(super) fn recheck_after_a_lost_read(
     holding: Vec<EntryId>,
 ) -> BrokerFuture<'_, ReadBatch> {
     Box::pin(async move {
+        if env.counters.name_shared() {
+            // The strays may be the other process's running entries: leave
+            // them; the next look hands back whatever goes stale.
+            return Ok(ReadBatch::default());
+        }
         let n = hand_back_own_strays(env, &holding).await?;
         if n > 0 {
             tracing::warn!(

@@ -117,7 +117,7 @@ impl Counters {
     }
 
     /// Whether another live process seems to share the consumer name.
-    pub(super) fn name_shared(&self) -> bool {
+    pub(crate) fn name_shared(&self) -> bool {
         self.name_shared.load(Ordering::Relaxed)
     }
 
