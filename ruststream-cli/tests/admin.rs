@@ -12,26 +12,34 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ruststream::{
-    AppInfo, Broker, FileLogBroker, MemoryBroker, ReadMode, ReadRequest, RustStream, StreamStart,
+    AppInfo, Broker, FileLogBroker, MemoryBroker, ReadMode, ReadRequest, Running, RustStream,
+    StreamStart,
 };
 use serde_json::json;
 use support::{GATE_REASON, Gate, TempDir, cli, json_of, until};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_letter_is_listed_redriven_handled_and_gone() {
-    let dir = TempDir::new("admin");
-    let log = FileLogBroker::open(&dir.0).unwrap();
-    let (gate, state) = Gate::new("orders", "billing");
-    let app = RustStream::new(AppInfo::new("cli-admin", "0"))
+/// Starts app `name` with `gate` on `broker`, serving the admin endpoint
+/// with the token `t`; the app and the endpoint's URL.
+async fn serve<B: Broker>(name: &str, broker: B, gate: Gate) -> (Running, String) {
+    let app = RustStream::new(AppInfo::new(name, "0"))
         .admin(([127, 0, 0, 1], 0).into())
         .admin_token("t")
-        .with_broker(log.clone(), |b| {
+        .with_broker(broker, |b| {
             b.include(gate);
         })
         .start()
         .await
         .unwrap();
     let url = format!("http://{}", app.admin_addr().unwrap());
+    (app, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_is_listed_redriven_handled_and_gone() {
+    let dir = TempDir::new("admin");
+    let log = FileLogBroker::open(&dir.0).unwrap();
+    let (gate, state) = Gate::new("orders", "billing");
+    let (app, url) = serve("cli-admin", log.clone(), gate).await;
     let a = ["--admin", url.as_str(), "--token", "t"];
     let with =
         |rest: &[&str]| -> Vec<String> { a.iter().chain(rest).map(|s| (*s).to_owned()).collect() };
@@ -195,16 +203,7 @@ async fn a_dead_letter_is_listed_redriven_handled_and_gone() {
 async fn publish_tail_and_prune_through_the_endpoint() {
     let broker = MemoryBroker::new();
     let (gate, _state) = Gate::new("feed", "readers");
-    let app = RustStream::new(AppInfo::new("cli-admin-feed", "0"))
-        .admin(([127, 0, 0, 1], 0).into())
-        .admin_token("t")
-        .with_broker(broker.clone(), |b| {
-            b.include(gate);
-        })
-        .start()
-        .await
-        .unwrap();
-    let url = format!("http://{}", app.admin_addr().unwrap());
+    let (app, url) = serve("cli-admin-feed", broker.clone(), gate).await;
 
     // publish, then tail --count, then tail following new entries.
     let first = cli(&[

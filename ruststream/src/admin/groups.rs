@@ -94,11 +94,8 @@ async fn entries(
     Path(stream): Path<String>,
     listing: Result<Query<Listing>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(listing) = listing.map_err(query_error)?;
-    let broker = state.broker(listing.broker, &stream)?;
-    let found = broker
-        .range(&stream, listing.from()?, EntryId::MAX, listing.count()?)
-        .await?;
+    let (_, broker, from, count) = Listing::on(&state, listing, &stream)?;
+    let found = broker.range(&stream, from, EntryId::MAX, count).await?;
     Ok(Json(Value::Array(found.iter().map(json::entry).collect())))
 }
 
@@ -235,7 +232,22 @@ struct Listing {
     broker: Option<usize>,
 }
 
+/// A checked listing: the query, the broker it names, `from` and `count`.
+type Checked = (Listing, Arc<dyn Broker>, EntryId, usize);
+
 impl Listing {
+    /// Checks a listing's query for `stream` on `state`'s brokers.
+    fn on(
+        state: &AdminState,
+        query: Result<Query<Listing>, QueryRejection>,
+        stream: &str,
+    ) -> Result<Checked, ApiError> {
+        let Query(listing) = query.map_err(query_error)?;
+        let broker = state.broker(listing.broker, stream)?;
+        let (from, count) = (listing.from()?, listing.count()?);
+        Ok((listing, broker, from, count))
+    }
+
     fn from(&self) -> Result<EntryId, ApiError> {
         match &self.from {
             None => Ok(EntryId::ZERO),
@@ -269,16 +281,9 @@ async fn pending(
     Path((stream, group)): Path<(String, String)>,
     listing: Result<Query<Listing>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(listing) = listing.map_err(query_error)?;
-    let broker = state.broker(listing.broker, &stream)?;
+    let (listing, broker, from, count) = Listing::on(&state, listing, &stream)?;
     let entries = broker
-        .pending(
-            &stream,
-            &group,
-            listing.from()?,
-            listing.count()?,
-            listing.consumer.as_deref(),
-        )
+        .pending(&stream, &group, from, count, listing.consumer.as_deref())
         .await?;
     Ok(Json(Value::Array(
         entries.iter().map(json::pending).collect(),
@@ -290,11 +295,8 @@ async fn dead_letters(
     Path((stream, group)): Path<(String, String)>,
     listing: Result<Query<Listing>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(listing) = listing.map_err(query_error)?;
-    let broker = state.broker(listing.broker, &stream)?;
-    let letters = broker
-        .dead_letters(&stream, &group, listing.from()?, listing.count()?)
-        .await?;
+    let (_, broker, from, count) = Listing::on(&state, listing, &stream)?;
+    let letters = broker.dead_letters(&stream, &group, from, count).await?;
     Ok(Json(Value::Array(
         letters.iter().map(json::dead_letter).collect(),
     )))
