@@ -3,6 +3,8 @@
 //! The trait's methods are one line each: every call is a function of the
 //! module for its role, which holds the commands it sends.
 //!
+//! - [`topology`]: one server or a cluster, and the connection type both
+//!   share;
 //! - [`connection`]: the connections, and mapping client errors;
 //! - [`capability`]: what the server can do (its version, `CLAIM`);
 //! - [`write`](mod@write): publishing, making and moving groups;
@@ -20,6 +22,7 @@ mod consumers;
 mod inspect;
 mod read;
 mod settle;
+mod topology;
 mod write;
 
 use std::fmt;
@@ -36,7 +39,8 @@ use ruststream_core::{
 use self::connection::{BROKER, Connections};
 use crate::scripts::Scripts;
 
-pub use self::connection::RedisConfig;
+pub use self::connection::{CLUSTER_REDIRECTIONS, RedisConfig};
+pub(crate) use self::topology::Conn;
 
 /// A broker on a Redis server (Redis 6.2 or later; `claiming` reads need
 /// 8.4). Cheap to clone: clones share connections.
@@ -78,9 +82,49 @@ impl RedisBroker {
 
     /// [`RedisBroker::standalone`] with explicit connection settings.
     pub fn standalone_with(url: impl Into<String>, config: RedisConfig) -> Self {
+        RedisBroker::on(Connections::standalone(&url.into(), config))
+    }
+
+    /// A broker on the Redis Cluster that `urls` belong to (any of its
+    /// nodes: `redis://host:port` each; the client finds the rest), with
+    /// default settings.
+    ///
+    /// Commands go to the master of each stream's slot. Every call touches
+    /// the keys of one stream, which share the stream's hash tag, so no call
+    /// crosses slots; `MOVED` and `ASK` redirections (a failover, a reshard)
+    /// are followed. Nothing connects here: the first call does.
+    ///
+    /// ```
+    /// use ruststream_redis::RedisBroker;
+    ///
+    /// let broker = RedisBroker::cluster([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    /// ]);
+    /// assert!(broker.url().starts_with("cluster "));
+    /// ```
+    pub fn cluster<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisBroker::cluster_with(urls, RedisConfig::default())
+    }
+
+    /// [`RedisBroker::cluster`] with explicit connection settings.
+    pub fn cluster_with<I, S>(urls: I, config: RedisConfig) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let urls: Vec<String> = urls.into_iter().map(Into::into).collect();
+        RedisBroker::on(Connections::cluster(&urls, config))
+    }
+
+    fn on(connections: Connections) -> Self {
         RedisBroker {
             inner: Arc::new(Inner {
-                connections: Connections::new(&url.into(), config),
+                connections,
                 scripts: Scripts::new(),
                 cursors: read::Cursors::default(),
                 claiming_verified: AtomicBool::new(false),
@@ -282,6 +326,8 @@ mod tests {
         let broker = RedisBroker::standalone("redis://127.0.0.1:1");
         assert_eq!(broker.url(), "redis://127.0.0.1:1");
         let bad = RedisBroker::standalone("not a url");
-        assert!(bad.client().is_err());
+        assert!(bad.topology().is_err());
+        let none = RedisBroker::cluster(Vec::<String>::new());
+        assert!(none.topology().is_err());
     }
 }

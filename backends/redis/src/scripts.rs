@@ -18,7 +18,7 @@ mod inspect;
 mod read;
 mod settle;
 
-use redis::aio::ConnectionManager;
+use crate::broker::Conn;
 use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Script, ToRedisArgs};
 use ruststream_core::EntryId;
 
@@ -133,7 +133,7 @@ impl<'a> Call<'a> {
         self
     }
 
-    async fn invoke<T: FromRedisValue>(&self, conn: &mut ConnectionManager) -> RedisResult<T> {
+    async fn invoke<T: FromRedisValue>(&self, conn: &mut Conn) -> RedisResult<T> {
         let mut invocation = self.lua.script.prepare_invoke();
         for key in &self.keys {
             invocation.key(&key[..]);

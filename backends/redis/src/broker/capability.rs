@@ -75,17 +75,30 @@ pub(super) async fn check_claiming_once(broker: &RedisBroker, mode: ReadMode) ->
     Ok(())
 }
 
+/// The server's version; on a cluster, the oldest master's (a stream may
+/// live on any of them).
 async fn server_version(broker: &RedisBroker) -> BrokerResult<Version> {
     let scope = broker.scope("", None);
-    let info: String = broker
-        .query(redis::cmd("INFO").arg("server"), scope)
-        .await?;
-    Version::from_info(&info).ok_or_else(|| BrokerError::Backend {
+    let mut conn = broker.conn().await?;
+    let holders = conn.key_holders().await.map_err(|e| scope.error(&e))?;
+    let mut oldest: Option<Version> = None;
+    for holder in &holders {
+        let info: String = conn
+            .query_on(holder, redis::cmd("INFO").arg("server"))
+            .await
+            .map_err(|e| scope.error(&e))?;
+        let version = Version::from_info(&info).ok_or_else(|| BrokerError::Backend {
+            broker: BROKER,
+            detail: format!(
+                "the server at {} ({holder:?}) did not report its version in INFO server",
+                broker.url()
+            ),
+        })?;
+        oldest = Some(oldest.map_or(version, |o| o.min(version)));
+    }
+    oldest.ok_or_else(|| BrokerError::Backend {
         broker: BROKER,
-        detail: format!(
-            "the server at {} did not report its version in INFO server",
-            broker.url()
-        ),
+        detail: format!("{} lists no master to ask for its version", broker.url()),
     })
 }
 

@@ -1,15 +1,18 @@
 //! The connections to the server, and turning client errors into
 //! [`BrokerError`]s that name the server, the stream and the group.
 //!
-//! One multiplexed connection (a `ConnectionManager`, which reconnects by
-//! itself) carries every command, pipelined. Blocking waits get connections
-//! of their own, so that a reader blocked for seconds never holds up an ack.
+//! One shared connection carries every command, pipelined: on one server a
+//! `ConnectionManager`, which reconnects by itself; on a cluster, the
+//! cluster connection (see [`super::topology`]). Blocking waits get
+//! connections of their own, so that a reader blocked for seconds never
+//! holds up an ack.
 
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError,
     ServerErrorKind, Value,
@@ -18,6 +21,7 @@ use ruststream_core::{BrokerError, BrokerResult};
 use tokio::sync::OnceCell;
 
 use super::RedisBroker;
+use super::topology::{Conn, Topology};
 use crate::codec::{BadReply, ms};
 use crate::scripts::{ScriptError, Scripts};
 
@@ -46,9 +50,14 @@ pub struct RedisConfig {
     pub connect_timeout: Duration,
     /// How many times a lost connection is re-established inside one call
     /// before the call fails (the runtime then backs off and calls again).
-    /// Default 2.
+    /// Default 2. On a cluster a call also follows up to
+    /// [`CLUSTER_REDIRECTIONS`] `MOVED`/`ASK` redirections on top.
     pub reconnect_attempts: usize,
 }
+
+/// How many redirections (`MOVED`, `ASK`, a slot map refreshed after a
+/// failover) one call on a cluster follows before it fails as transient.
+pub const CLUSTER_REDIRECTIONS: usize = 4;
 
 impl Default for RedisConfig {
     fn default() -> Self {
@@ -66,24 +75,65 @@ impl Default for RedisConfig {
 pub(super) struct Connections {
     /// The URL with any password masked: what errors and logs show.
     url: String,
-    /// The client, or why the URL is not usable (reported on first use).
-    client: Result<Client, String>,
+    /// The client(s), or why the URL is not usable (reported on first use).
+    topology: Result<Topology, String>,
     config: RedisConfig,
-    manager: OnceCell<ConnectionManager>,
+    shared: OnceCell<Conn>,
     /// Idle connections for blocking waits.
-    blocking: Mutex<Vec<MultiplexedConnection>>,
+    blocking: Mutex<Vec<Conn>>,
 }
 
 impl Connections {
-    pub(super) fn new(url: &str, config: RedisConfig) -> Self {
+    /// Connections to the one server at `url`.
+    pub(super) fn standalone(url: &str, config: RedisConfig) -> Self {
         let shown = redact(url);
-        let client =
-            Client::open(url).map_err(|e| format!("{shown} is not a usable Redis URL: {e}"));
+        let topology = Client::open(url)
+            .map(Topology::Standalone)
+            .map_err(|e| format!("{shown} is not a usable Redis URL: {e}"));
+        Connections::with(shown, topology, config)
+    }
+
+    /// Connections to the cluster that `urls` (seed nodes) belong to.
+    pub(super) fn cluster(urls: &[String], config: RedisConfig) -> Self {
+        let shown = format!(
+            "cluster {}",
+            urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",")
+        );
+        let topology = if urls.is_empty() {
+            Err("a Redis cluster needs at least one seed node URL".to_owned())
+        } else {
+            let builder = || {
+                ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                    .connection_timeout(config.connect_timeout)
+                    .retries(
+                        u32::try_from(config.reconnect_attempts + CLUSTER_REDIRECTIONS)
+                            .unwrap_or(u32::MAX),
+                    )
+                    .min_retry_wait(50)
+                    .max_retry_wait(1000)
+            };
+            let shared = builder()
+                .response_timeout(config.response_timeout)
+                .overall_response_timeout(Some(config.response_timeout * 2));
+            shared
+                .build()
+                .and_then(|client: ClusterClient| {
+                    Ok(Topology::Cluster {
+                        client,
+                        blocking: builder().build()?,
+                    })
+                })
+                .map_err(|e| format!("{shown} is not a usable set of Redis cluster URLs: {e}"))
+        };
+        Connections::with(shown, topology, config)
+    }
+
+    fn with(url: String, topology: Result<Topology, String>, config: RedisConfig) -> Self {
         Connections {
-            url: shown,
-            client,
+            url,
+            topology,
             config,
-            manager: OnceCell::new(),
+            shared: OnceCell::new(),
             blocking: Mutex::new(Vec::new()),
         }
     }
@@ -102,38 +152,48 @@ impl RedisBroker {
         }
     }
 
-    pub(super) fn client(&self) -> BrokerResult<&Client> {
+    pub(super) fn topology(&self) -> BrokerResult<&Topology> {
         self.inner
             .connections
-            .client
+            .topology
             .as_ref()
             .map_err(|detail| BrokerError::InvalidArgument(detail.clone()))
     }
 
-    /// The shared multiplexed connection (made on first use; it reconnects
-    /// by itself after a loss).
-    pub(super) async fn conn(&self) -> BrokerResult<ConnectionManager> {
-        let client = self.client()?;
+    /// The shared connection (made on first use; it reconnects by itself
+    /// after a loss).
+    pub(super) async fn conn(&self) -> BrokerResult<Conn> {
+        let topology = self.topology()?;
         let connections = &self.inner.connections;
         let config = &connections.config;
-        let manager = connections
-            .manager
+        let lost = |e: RedisError| BrokerError::Connection {
+            broker: BROKER,
+            detail: format!("{}: {e}", connections.url),
+        };
+        let shared = connections
+            .shared
             .get_or_try_init(|| async {
-                let settings = ConnectionManagerConfig::new()
-                    .set_response_timeout(Some(config.response_timeout))
-                    .set_connection_timeout(Some(config.connect_timeout))
-                    .set_number_of_retries(config.reconnect_attempts)
-                    .set_min_delay(Duration::from_millis(50))
-                    .set_max_delay(Duration::from_secs(1));
-                ConnectionManager::new_lazy_with_config(client.clone(), settings).map_err(|e| {
-                    BrokerError::Connection {
-                        broker: BROKER,
-                        detail: format!("{}: {e}", connections.url),
+                match topology {
+                    Topology::Standalone(client) => {
+                        let settings = ConnectionManagerConfig::new()
+                            .set_response_timeout(Some(config.response_timeout))
+                            .set_connection_timeout(Some(config.connect_timeout))
+                            .set_number_of_retries(config.reconnect_attempts)
+                            .set_min_delay(Duration::from_millis(50))
+                            .set_max_delay(Duration::from_secs(1));
+                        ConnectionManager::new_lazy_with_config(client.clone(), settings)
+                            .map(Conn::Managed)
+                            .map_err(lost)
                     }
-                })
+                    Topology::Cluster { client, .. } => client
+                        .get_async_connection()
+                        .await
+                        .map(Conn::Cluster)
+                        .map_err(lost),
+                }
             })
             .await?;
-        Ok(manager.clone())
+        Ok(shared.clone())
     }
 
     pub(super) async fn query<T: FromRedisValue>(
@@ -152,7 +212,7 @@ impl RedisBroker {
     pub(super) async fn script<'a, T, F>(
         &'a self,
         scope: Scope<'_>,
-        call: impl FnOnce(&'a Scripts, ConnectionManager) -> F,
+        call: impl FnOnce(&'a Scripts, Conn) -> F,
     ) -> BrokerResult<T>
     where
         F: Future<Output = Result<T, ScriptError>>,
@@ -224,7 +284,7 @@ impl RedisBroker {
     /// A connection for blocking waits: an idle pooled one, or a new one.
     /// One that is dropped mid-wait (the read was cancelled) or failed is
     /// never returned to the pool.
-    async fn blocking_conn(&self, scope: Scope<'_>) -> BrokerResult<MultiplexedConnection> {
+    async fn blocking_conn(&self, scope: Scope<'_>) -> BrokerResult<Conn> {
         let connections = &self.inner.connections;
         let pooled = connections
             .blocking
@@ -234,13 +294,21 @@ impl RedisBroker {
         if let Some(conn) = pooled {
             return Ok(conn);
         }
-        let settings = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connections.config.connect_timeout))
-            .set_response_timeout(None);
-        self.client()?
-            .get_multiplexed_async_connection_with_config(&settings)
-            .await
-            .map_err(|e| scope.error(&e))
+        match self.topology()? {
+            Topology::Standalone(client) => {
+                let settings = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(connections.config.connect_timeout))
+                    .set_response_timeout(None);
+                client
+                    .get_multiplexed_async_connection_with_config(&settings)
+                    .await
+                    .map(Conn::Direct)
+            }
+            Topology::Cluster { blocking, .. } => {
+                blocking.get_async_connection().await.map(Conn::Cluster)
+            }
+        }
+        .map_err(|e| scope.error(&e))
     }
 }
 

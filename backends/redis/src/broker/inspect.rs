@@ -186,28 +186,33 @@ pub(super) async fn range(
     codec::entries(&reply).map_err(|e| scope.bad_reply(e))
 }
 
-/// Every key of type stream, by `SCAN ... TYPE stream`, but ruststream's
-/// own side keys (their names hold braces, which stream names never do).
+/// Every key of type stream, by `SCAN ... TYPE stream` (on a cluster, on
+/// every master), but ruststream's own side keys (their names hold braces,
+/// which stream names never do).
 pub(super) async fn streams(broker: &RedisBroker) -> BrokerResult<Vec<String>> {
     let scope = broker.scope("*", None);
     let mut conn = broker.conn().await?;
-    let mut cursor: u64 = 0;
+    let holders = conn.key_holders().await.map_err(|e| scope.error(&e))?;
     let mut names = Vec::new();
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("TYPE")
-            .arg("stream")
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| scope.error(&e))?;
-        names.extend(keys.into_iter().filter(|k| !k.contains('{')));
-        if next == 0 {
-            break;
+    for holder in &holders {
+        let mut cursor: u64 = 0;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("TYPE")
+                .arg("stream")
+                .arg("COUNT")
+                .arg(1000);
+            let (next, keys): (u64, Vec<String>) = conn
+                .query_on(holder, &scan)
+                .await
+                .map_err(|e| scope.error(&e))?;
+            names.extend(keys.into_iter().filter(|k| !k.contains('{')));
+            if next == 0 {
+                break;
+            }
+            cursor = next;
         }
-        cursor = next;
     }
     names.sort_unstable();
     names.dedup();

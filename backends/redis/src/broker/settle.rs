@@ -5,7 +5,7 @@
 
 use std::future::Future;
 
-use redis::aio::ConnectionManager;
+use crate::broker::Conn;
 use ruststream_core::{BrokerError, BrokerResult, EntryId, Retry};
 
 use super::{RedisBroker, check_names};
@@ -18,7 +18,7 @@ async fn settle<'a, T, F>(
     stream: &str,
     group: &str,
     ids: &[EntryId],
-    call: impl FnOnce(&'a Scripts, ConnectionManager) -> F,
+    call: impl FnOnce(&'a Scripts, Conn) -> F,
 ) -> BrokerResult<Option<T>>
 where
     F: Future<Output = Result<T, ScriptError>>,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::broker::Conn;
 
 use super::{Call, ScriptError, Scripts};
 use crate::codec::ms;
@@ -13,7 +13,7 @@ impl Scripts {
     /// has been idle for `min_idle`; returns whether it did.
     pub(crate) async fn delete_consumer(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         stream: &str,
         group: &str,
         consumer: &str,

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::broker::Conn;
 use redis::Value;
-use redis::aio::ConnectionManager;
 use ruststream_core::{DeadLetter, Entry, EntryId, PendingEntry};
 
 use super::{Call, ScriptError, Scripts};
@@ -16,7 +16,7 @@ impl Scripts {
     /// With `consumer`, only what that consumer holds.
     pub(crate) async fn pending(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         stream: &str,
         group: &str,
         from: EntryId,
@@ -36,7 +36,7 @@ impl Scripts {
     /// `dead_letters.lua`: a group's dead letters from `from`, in id order.
     pub(crate) async fn dead_letters(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         stream: &str,
         group: &str,
         from: EntryId,

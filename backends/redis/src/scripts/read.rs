@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::broker::Conn;
 use redis::Value;
-use redis::aio::ConnectionManager;
 use ruststream_core::{Delivery, Entry, EntryId, ReadMode, ReadRequest};
 
 use super::{Call, ScriptError, Scripts};
@@ -37,7 +37,7 @@ impl Scripts {
     /// at `cursor` (from the start without one).
     pub(crate) async fn read(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         req: &ReadRequest<'_>,
         owed_only: bool,
         cursor: Option<&str>,
@@ -81,7 +81,7 @@ impl Scripts {
     /// entries it set aside.
     pub(crate) async fn post(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         req: &ReadRequest<'_>,
         post: &Post,
     ) -> Result<(Vec<EntryId>, Vec<Aside>), ScriptError> {

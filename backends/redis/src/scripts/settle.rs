@@ -2,8 +2,8 @@
 //! `redrive.lua` and `discard.lua`; and `extend_claim.lua`, which keeps
 //! entries pending rather than settling them.
 
+use crate::broker::Conn;
 use redis::Value;
-use redis::aio::ConnectionManager;
 use ruststream_core::{EntryId, Retry};
 
 use super::{Call, ScriptError, Scripts};
@@ -32,7 +32,7 @@ impl Scripts {
     /// nobody).
     pub(crate) async fn ack(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         stream: &str,
         group: &str,
         ids: &[EntryId],
@@ -47,7 +47,7 @@ impl Scripts {
     /// `retry.lua`.
     pub(crate) async fn retry(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         stream: &str,
         group: &str,
         how: Retry,
@@ -87,7 +87,7 @@ impl Scripts {
     /// claim bumped it).
     pub(crate) async fn dead_letter(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         stream: &str,
         group: &str,
         reason: &str,
@@ -109,7 +109,7 @@ impl Scripts {
     /// nothing.
     pub(crate) async fn redrive(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         stream: &str,
         group: &str,
         ids: &[EntryId],
@@ -126,7 +126,7 @@ impl Scripts {
     /// `discard.lua`.
     pub(crate) async fn discard(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         stream: &str,
         group: &str,
         ids: &[EntryId],
@@ -145,7 +145,7 @@ impl Scripts {
     /// it holds; returns how many.
     pub(crate) async fn extend_claim(
         &self,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         stream: &str,
         group: &str,
         consumer: &str,
@@ -182,7 +182,7 @@ impl Settle<'_> {
     /// instead (and so changed nothing), they are made here followed by the
     /// script, in one MULTI/EXEC, so that the call is still applied whole
     /// or not at all.
-    async fn run(&self, conn: &mut ConnectionManager) -> Result<Value, ScriptError> {
+    async fn run(&self, conn: &mut Conn) -> Result<Value, ScriptError> {
         let reply: Value = self.with(&[]).invoke(conn).await?;
         let plan = match settled(reply)? {
             Settled::Done(reply) => return Ok(reply),
