@@ -12,7 +12,8 @@ use crate::output::Format;
 ///
 /// Give one target: --redis URL, --dir DIR (a file log) or --admin URL (a
 /// running service's admin endpoint), or set RUSTSTREAM_URL to
-/// redis://HOST:PORT, file:DIR or http://HOST:PORT.
+/// redis://HOST:PORT, redis+cluster://HOST:PORT,HOST:PORT, file:DIR or
+/// http://HOST:PORT.
 ///
 /// Exit codes: 0 success, 1 runtime error (a broker or server failed or
 /// could not be reached), 2 usage error (bad option, id, duration or
@@ -32,7 +33,8 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub struct Global {
-    /// A Redis server: redis://HOST:PORT[/DB].
+    /// A Redis server: redis://[USER:PASSWORD@]HOST:PORT[/DB] (rediss:// for
+    /// TLS), or a Redis Cluster: redis+cluster://HOST:PORT,HOST:PORT,...
     #[arg(long, global = true, value_name = "URL")]
     pub redis: Option<String>,
     /// A file-log directory. Read commands work on a directory a running

@@ -39,7 +39,7 @@ use ruststream_core::{
 use self::connection::{BROKER, Connections};
 use crate::scripts::Scripts;
 
-pub use self::connection::{CLUSTER_REDIRECTIONS, RedisConfig};
+pub use self::connection::{CLUSTER_REDIRECTIONS, RedisConfig, ReplicaAck};
 pub(crate) use self::topology::Conn;
 
 /// A broker on a Redis server (Redis 6.2 or later; `claiming` reads need
@@ -121,6 +121,33 @@ impl RedisBroker {
         RedisBroker::on(Connections::cluster(&urls, config))
     }
 
+    /// A broker from one URL, standalone or cluster by its scheme:
+    ///
+    /// - `redis://[user:password@]host:port[/db]` (`rediss://` for TLS): one
+    ///   server, as [`RedisBroker::standalone`];
+    /// - `redis+cluster://[user:password@]host:port,host:port,...`
+    ///   (`rediss+cluster://` for TLS): a cluster with these seed nodes, as
+    ///   [`RedisBroker::cluster`]; the credentials apply to every node.
+    ///
+    /// ```
+    /// use ruststream_redis::{RedisBroker, RedisConfig};
+    ///
+    /// let broker = RedisBroker::from_url_with(
+    ///     "redis+cluster://app:secret@10.0.0.1:6379,10.0.0.2:6379",
+    ///     RedisConfig::default(),
+    /// );
+    /// assert_eq!(
+    ///     broker.url(),
+    ///     "cluster redis://app:***@10.0.0.1:6379,redis://app:***@10.0.0.2:6379"
+    /// );
+    /// ```
+    pub fn from_url_with(url: &str, config: RedisConfig) -> Self {
+        match cluster_seeds(url) {
+            Some(seeds) => RedisBroker::cluster_with(seeds, config),
+            None => RedisBroker::standalone_with(url, config),
+        }
+    }
+
     fn on(connections: Connections) -> Self {
         RedisBroker {
             inner: Arc::new(Inner {
@@ -136,6 +163,27 @@ impl RedisBroker {
     pub fn url(&self) -> &str {
         self.inner.connections.url()
     }
+}
+
+/// The seed URLs a `redis+cluster://` or `rediss+cluster://` URL names,
+/// each in the plain scheme with the URL's credentials; `None` for any
+/// other URL.
+fn cluster_seeds(url: &str) -> Option<Vec<String>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.strip_suffix("+cluster")?;
+    let (userinfo, hosts) = match rest.rsplit_once('@') {
+        Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let hosts = hosts.trim_end_matches('/');
+    Some(
+        hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(|host| format!("{scheme}://{userinfo}{host}"))
+            .collect(),
+    )
 }
 
 /// Checks the names a call takes, before anything is sent: the rules every
@@ -319,6 +367,26 @@ impl Broker for RedisBroker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_urls_name_every_seed_with_the_credentials() {
+        assert_eq!(
+            cluster_seeds("redis+cluster://a:1,b:2"),
+            Some(vec!["redis://a:1".to_owned(), "redis://b:2".to_owned()])
+        );
+        assert_eq!(
+            cluster_seeds("rediss+cluster://u:p@a:1, b:2/"),
+            Some(vec![
+                "rediss://u:p@a:1".to_owned(),
+                "rediss://u:p@b:2".to_owned()
+            ])
+        );
+        assert_eq!(cluster_seeds("redis://a:1"), None);
+        assert_eq!(cluster_seeds("redis+cluster://"), Some(vec![]));
+        // No seeds: an error on first use, naming the problem.
+        let broker = RedisBroker::from_url_with("redis+cluster://", RedisConfig::default());
+        assert!(broker.topology().is_err());
+    }
 
     #[test]
     fn construction_never_connects() {

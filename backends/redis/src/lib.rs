@@ -246,7 +246,7 @@ mod scripts;
 #[cfg(test)]
 mod testing;
 
-pub use broker::{CLUSTER_REDIRECTIONS, RedisBroker, RedisConfig};
+pub use broker::{CLUSTER_REDIRECTIONS, RedisBroker, RedisConfig, ReplicaAck};
 
 /// Test support: a token unique across calls and processes
 /// (`<pid>-<nanoseconds, hex>-<counter>`), for names no other test or run

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use payments::demo;
-use ruststream::{Broker, FileLogBroker, MemoryBroker, RedisBroker};
+use ruststream::{Broker, FileLogBroker, MemoryBroker, RedisBroker, RedisConfig};
 
 /// What the command line asked for.
 struct Args {
@@ -70,8 +70,10 @@ fn open_broker(args: &Args, default_dir: PathBuf) -> Result<Arc<dyn Broker>, Str
         return Ok(Arc::new(MemoryBroker::new()));
     }
     if let Some(url) = &args.redis {
-        println!("broker: Redis Streams at {url}");
-        return Ok(Arc::new(RedisBroker::standalone(url.clone())));
+        let broker = RedisBroker::from_url_with(url, RedisConfig::default());
+        // The broker's URL masks any password.
+        println!("broker: Redis Streams at {}", broker.url());
+        return Ok(Arc::new(broker));
     }
     let dir = args.data.clone().unwrap_or(default_dir);
     let broker = FileLogBroker::open(&dir).map_err(|e| e.to_string())?;

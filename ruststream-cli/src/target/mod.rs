@@ -83,7 +83,13 @@ impl Target {
 
     /// The target a [`URL_VAR`] value names.
     fn from_url(url: &str, token: Option<String>) -> CliResult<Target> {
-        if url.starts_with("redis://") || url.starts_with("rediss://") {
+        let redis = [
+            "redis://",
+            "rediss://",
+            "redis+cluster://",
+            "rediss+cluster://",
+        ];
+        if redis.iter().any(|scheme| url.starts_with(scheme)) {
             Ok(Target::Redis(url.to_owned()))
         } else if let Some(dir) = url.strip_prefix("file:") {
             if dir.is_empty() {
@@ -115,7 +121,7 @@ impl Target {
                     reconnect_attempts: 1,
                     ..RedisConfig::default()
                 };
-                let broker = RedisBroker::standalone_with(url.clone(), config);
+                let broker = RedisBroker::from_url_with(url, config);
                 Ok(Conn::Broker {
                     broker: Arc::new(broker),
                     file_log: None,

@@ -53,6 +53,29 @@ pub struct RedisConfig {
     /// Default 2. On a cluster a call also follows up to
     /// [`CLUSTER_REDIRECTIONS`] `MOVED`/`ASK` redirections on top.
     pub reconnect_attempts: usize,
+    /// Whether a publish waits for replicas to hold its entries before it
+    /// returns `Ok`. `None` (the default): the master's reply is enough,
+    /// and a failover right after can lose the newest entries (replication
+    /// is asynchronous). See [`ReplicaAck`].
+    pub publish_replicas: Option<ReplicaAck>,
+}
+
+/// A publish waits until `replicas` replicas hold its entries (`WAIT
+/// replicas timeout` after the `XADD`s, in the same round trip), or fails
+/// as transient when fewer did within `timeout`: the entries were written
+/// but may not survive a failover, and publishing again (which may
+/// duplicate them) is the safe move.
+///
+/// With `ReplicaAck { replicas: 1, .. }` on a cluster with a replica per
+/// master, a publish that returned `Ok` survives the failover of its
+/// master (docs/guarantees.md, *Redis Cluster*). It costs a replication
+/// round trip per publish call; BENCHMARKS.md has the figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaAck {
+    /// How many replicas must acknowledge.
+    pub replicas: u32,
+    /// How long to wait for them.
+    pub timeout: Duration,
 }
 
 /// How many redirections (`MOVED`, `ASK`, a slot map refreshed after a
@@ -65,6 +88,7 @@ impl Default for RedisConfig {
             response_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             reconnect_attempts: 2,
+            publish_replicas: None,
         }
     }
 }
@@ -140,6 +164,10 @@ impl Connections {
 
     pub(super) fn url(&self) -> &str {
         &self.url
+    }
+
+    pub(super) fn config(&self) -> &RedisConfig {
+        &self.config
     }
 }
 

@@ -1,9 +1,9 @@
 //! Publishing, and making and moving groups.
 
 use redis::{RedisError, Value};
-use ruststream_core::{BrokerResult, EntryId, Message, StreamStart};
+use ruststream_core::{BrokerError, BrokerResult, EntryId, Message, StreamStart};
 
-use super::connection::Scope;
+use super::connection::{BROKER, Scope};
 use super::{RedisBroker, check_names};
 use crate::codec;
 
@@ -25,11 +25,38 @@ pub(super) async fn publish(
         codec::push_fields(&mut cmd, message);
         pipe.add_command(cmd);
     }
-    let replies: Vec<Value> = broker.pipeline(&pipe, scope).await?;
-    replies
+    let wait = broker.inner.connections.config().publish_replicas;
+    if let Some(ack) = wait {
+        pipe.cmd("WAIT")
+            .arg(ack.replicas)
+            .arg(codec::ms(ack.timeout));
+    }
+    let mut replies: Vec<Value> = broker.pipeline(&pipe, scope).await?;
+    let replicated = match wait {
+        Some(_) => replies.pop(),
+        None => None,
+    };
+    let ids = replies
         .iter()
         .map(|r| codec::id(r).ok_or_else(|| scope.bad_reply(codec::bad("XADD id", r))))
-        .collect()
+        .collect::<BrokerResult<Vec<EntryId>>>()?;
+    if let (Some(ack), Some(reply)) = (wait, replicated) {
+        let held =
+            codec::int(&reply).ok_or_else(|| scope.bad_reply(codec::bad("WAIT count", &reply)))?;
+        if held < i64::from(ack.replicas) {
+            return Err(BrokerError::Connection {
+                broker: BROKER,
+                detail: format!(
+                    "{} (stream {stream:?}): {} entries written, but {held} of {} replicas held them within {:?}; a failover now could lose them, so publish again",
+                    broker.url(),
+                    ids.len(),
+                    ack.replicas,
+                    ack.timeout
+                ),
+            });
+        }
+    }
+    Ok(ids)
 }
 
 /// `XGROUP CREATE ... MKSTREAM`; `BUSYGROUP` means the group exists.
