@@ -44,12 +44,19 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    /// Arguments given to every start (cluster mode, say).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts a server on a free loopback port, in a fresh directory named
     /// after `what`, and waits until it answers.
     pub fn start(what: &str, persistence: Persistence) -> RedisServer {
+        RedisServer::start_with(what, persistence, &[])
+    }
+
+    /// [`RedisServer::start`] with more `redis-server` arguments.
+    pub fn start_with(what: &str, persistence: Persistence, extra: &[&str]) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "ruststream-redis-{what}-{}-{}",
             std::process::id(),
@@ -62,6 +69,7 @@ impl RedisServer {
             child: None,
             port: 0,
             dir,
+            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
         };
         // The port is free when picked, but another process may take it
         // before the server binds it: then try another.
@@ -80,6 +88,16 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's directory (its working directory, logs included).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Whether the server is running (not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// The server's port.
@@ -126,6 +144,7 @@ impl RedisServer {
             .arg(self.dir.join("redis.log"))
             .args(["--daemonize", "no"])
             .args(persistence.args())
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
