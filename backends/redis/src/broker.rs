@@ -6,6 +6,7 @@
 //! - [`topology`]: one server or a cluster, and the connection type both
 //!   share;
 //! - [`connection`]: the connections, and mapping client errors;
+//! - [`tls`]: the TLS material of `rediss://` connections;
 //! - [`capability`]: what the server can do (its version, `CLAIM`);
 //! - [`write`](mod@write): publishing, making and moving groups;
 //! - [`read`]: the read modes, and blocking reads;
@@ -22,6 +23,7 @@ mod consumers;
 mod inspect;
 mod read;
 mod settle;
+mod tls;
 mod topology;
 mod write;
 
@@ -40,6 +42,7 @@ use self::connection::{BROKER, Connections};
 use crate::scripts::Scripts;
 
 pub use self::connection::{CLUSTER_REDIRECTIONS, RedisConfig, ReplicaAck};
+pub use self::tls::RedisTls;
 pub(crate) use self::topology::Conn;
 
 /// A broker on a Redis server (Redis 6.2 or later; `claiming` reads need
@@ -71,8 +74,10 @@ impl fmt::Debug for RedisBroker {
 }
 
 impl RedisBroker {
-    /// A broker on the standalone server at `url` (`redis://host:port/db`,
-    /// `rediss://` for TLS is not built in), with default settings.
+    /// A broker on the standalone server at `url`
+    /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS;
+    /// see [`RedisTls`] for a private CA or a client certificate), with
+    /// default settings.
     ///
     /// Nothing connects here: the first call does, and an unreachable
     /// server or a malformed URL is reported then, naming the URL.

@@ -246,7 +246,7 @@ mod scripts;
 #[cfg(test)]
 mod testing;
 
-pub use broker::{CLUSTER_REDIRECTIONS, RedisBroker, RedisConfig, ReplicaAck};
+pub use broker::{CLUSTER_REDIRECTIONS, RedisBroker, RedisConfig, RedisTls, ReplicaAck};
 
 /// Test support: a token unique across calls and processes
 /// (`<pid>-<nanoseconds, hex>-<counter>`), for names no other test or run

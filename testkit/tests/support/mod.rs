@@ -8,6 +8,7 @@
 pub mod crash;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod tls;
 
 /// Fails unless `found` is empty, with `context`, how many were found and
 /// `what` they are, and up to `shown` of them.

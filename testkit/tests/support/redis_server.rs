@@ -190,7 +190,7 @@ impl Drop for RedisServer {
 }
 
 /// A loopback port nothing listens on right now.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a loopback port");
     listener.local_addr().expect("a bound address").port()
 }

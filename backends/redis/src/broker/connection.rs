@@ -21,6 +21,7 @@ use ruststream_core::{BrokerError, BrokerResult};
 use tokio::sync::OnceCell;
 
 use super::RedisBroker;
+use super::tls::{RedisTls, is_tls};
 use super::topology::{Conn, Topology};
 use crate::codec::{BadReply, ms};
 use crate::scripts::{ScriptError, Scripts};
@@ -58,6 +59,10 @@ pub struct RedisConfig {
     /// and a failover right after can lose the newest entries (replication
     /// is asynchronous). See [`ReplicaAck`].
     pub publish_replicas: Option<ReplicaAck>,
+    /// TLS material for `rediss://` URLs (a private CA, a client
+    /// certificate). `None`: the system's roots, no client certificate.
+    /// Given with a `redis://` URL, it is an error on first use.
+    pub tls: Option<RedisTls>,
 }
 
 /// A publish waits until `replicas` replicas hold its entries (`WAIT
@@ -89,6 +94,7 @@ impl Default for RedisConfig {
             connect_timeout: Duration::from_secs(2),
             reconnect_attempts: 2,
             publish_replicas: None,
+            tls: None,
         }
     }
 }
@@ -111,9 +117,14 @@ impl Connections {
     /// Connections to the one server at `url`.
     pub(super) fn standalone(url: &str, config: RedisConfig) -> Self {
         let shown = redact(url);
-        let topology = Client::open(url)
+        let topology = tls_fits(&shown, &[url], &config).and_then(|()| {
+            match &config.tls {
+                Some(tls) => Client::build_with_tls(url, tls.certificates()),
+                None => Client::open(url),
+            }
             .map(Topology::Standalone)
-            .map_err(|e| format!("{shown} is not a usable Redis URL: {e}"));
+            .map_err(|e| format!("{shown} is not a usable Redis URL: {e}"))
+        });
         Connections::with(shown, topology, config)
     }
 
@@ -123,18 +134,25 @@ impl Connections {
             "cluster {}",
             urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",")
         );
+        let urls_given: Vec<&str> = urls.iter().map(String::as_str).collect();
         let topology = if urls.is_empty() {
             Err("a Redis cluster needs at least one seed node URL".to_owned())
+        } else if let Err(e) = tls_fits(&shown, &urls_given, &config) {
+            Err(e)
         } else {
             let builder = || {
-                ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                let builder = ClusterClientBuilder::new(urls.iter().map(String::as_str))
                     .connection_timeout(config.connect_timeout)
                     .retries(
                         u32::try_from(config.reconnect_attempts + CLUSTER_REDIRECTIONS)
                             .unwrap_or(u32::MAX),
                     )
                     .min_retry_wait(50)
-                    .max_retry_wait(1000)
+                    .max_retry_wait(1000);
+                match &config.tls {
+                    Some(tls) => builder.certs(tls.certificates()),
+                    None => builder,
+                }
             };
             let shared = builder()
                 .response_timeout(config.response_timeout)
@@ -415,6 +433,23 @@ fn is_transient(e: &RedisError) -> bool {
             )
         )
         || matches!(e.code(), Some("BUSY" | "LOADING" | "MASTERDOWN"))
+}
+
+/// TLS material only goes with `rediss://` URLs; a cluster's seeds all
+/// use TLS or none do.
+fn tls_fits(shown: &str, urls: &[&str], config: &RedisConfig) -> Result<(), String> {
+    let tls = urls.iter().filter(|u| is_tls(u)).count();
+    if tls != 0 && tls != urls.len() {
+        return Err(format!(
+            "{shown}: some seed URLs are rediss:// and some redis://; use one scheme for all"
+        ));
+    }
+    if config.tls.is_some() && tls == 0 {
+        return Err(format!(
+            "{shown}: TLS settings (RedisConfig::tls) were given for a redis:// URL; use rediss:// to connect over TLS"
+        ));
+    }
+    Ok(())
 }
 
 /// `url` with any password replaced by `***`, fit for logs and errors.
