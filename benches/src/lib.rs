@@ -8,6 +8,10 @@
 //! - [`Payment`] and [`payload`]: the message the runtime and Redis
 //!   benchmarks send; [`batches`] to send it in; [`median`] and
 //!   [`thousands`] for their reports.
+//! - [`redis_loops`]: the consume loops of the Redis benchmarks, by hand
+//!   and through the broker.
+
+pub mod redis_loops;
 
 /// Counts heap allocations while switched on.
 ///

@@ -11,36 +11,18 @@
 //! Redis 8.4 (older servers run the suite's reclaim-then-new reads instead),
 //! and trimming deletes entries a group still has pending.
 
-use std::sync::Arc;
+mod support;
 
-use ruststream_core::{Broker, ReadMode};
 use ruststream_redis::RedisBroker;
 use ruststream_testkit::conformance::Target;
 
-fn url() -> String {
-    std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
-fn prefix() -> String {
-    format!("rs-test:{}:", ruststream_redis::unique_token())
-}
-
 async fn redis_target() -> Target {
-    let broker = RedisBroker::standalone(url());
-    let claiming = broker
-        .check_mode(ReadMode::Claiming {
-            min_idle: std::time::Duration::from_secs(1),
-        })
-        .await;
-    let target = Target::real_time(Arc::new(broker), prefix()).trim_drops_pending();
-    match claiming {
-        Ok(()) => target,
-        Err(ruststream_core::BrokerError::Unsupported { .. }) => target.without_claiming_reads(),
-        Err(e) => panic!(
-            "no Redis server to test against at {} (set RUSTSTREAM_REDIS_URL, or run .ci/run, which starts one): {e}",
-            url()
-        ),
-    }
+    let url = std::env::var("RUSTSTREAM_REDIS_URL");
+    support::redis_target(
+        RedisBroker::standalone(url.as_deref().unwrap_or("redis://127.0.0.1:6379")),
+        "set RUSTSTREAM_REDIS_URL, or run .ci/run, which starts one",
+    )
+    .await
 }
 
 ruststream_testkit::conformance_suite!(real_time, redis_target);

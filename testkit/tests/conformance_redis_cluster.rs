@@ -14,41 +14,19 @@
 //! must keep to one slot (a call that crossed slots would fail here with
 //! `CROSSSLOT`).
 
-use std::sync::Arc;
+mod support;
 
-use ruststream_core::{Broker, ReadMode};
 use ruststream_redis::RedisBroker;
 use ruststream_testkit::conformance::Target;
 
-fn urls() -> Vec<String> {
-    std::env::var("RUSTSTREAM_REDIS_CLUSTER_URLS")
-        .unwrap_or_else(|_| "redis://127.0.0.1:7000".to_owned())
-        .split(',')
-        .map(|u| u.trim().to_owned())
-        .filter(|u| !u.is_empty())
-        .collect()
-}
-
-fn prefix() -> String {
-    format!("rs-test:{}:", ruststream_redis::unique_token())
-}
-
 async fn cluster_target() -> Target {
-    let broker = RedisBroker::cluster(urls());
-    let claiming = broker
-        .check_mode(ReadMode::Claiming {
-            min_idle: std::time::Duration::from_secs(1),
-        })
-        .await;
-    let target = Target::real_time(Arc::new(broker), prefix()).trim_drops_pending();
-    match claiming {
-        Ok(()) => target,
-        Err(ruststream_core::BrokerError::Unsupported { .. }) => target.without_claiming_reads(),
-        Err(e) => panic!(
-            "no Redis cluster to test against at {:?} (set RUSTSTREAM_REDIS_CLUSTER_URLS, or run scripts/redis-cluster, which starts one): {e}",
-            urls()
-        ),
-    }
+    let list = std::env::var("RUSTSTREAM_REDIS_CLUSTER_URLS");
+    let urls = ruststream_redis::split_urls(list.as_deref().unwrap_or("redis://127.0.0.1:7000"));
+    support::redis_target(
+        RedisBroker::cluster(urls),
+        "set RUSTSTREAM_REDIS_CLUSTER_URLS, or run scripts/redis-cluster, which starts one",
+    )
+    .await
 }
 
 ruststream_testkit::conformance_suite!(real_time, cluster_target);

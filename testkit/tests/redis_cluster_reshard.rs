@@ -20,17 +20,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ruststream::prelude::*;
-use ruststream::{Broker, EntryId, Message, RedisBroker};
+use ruststream::{Broker, EntryId, RedisBroker};
 use support::redis_cluster::RedisCluster;
-use support::{assert_none, wait_until};
+use support::{Job, assert_none, stored_jobs, wait_until};
 
 const STREAM: &str = "reshard-jobs";
 const PACE: Duration = Duration::from_millis(3);
-
-#[derive(Debug, Deserialize, Serialize)]
-struct Job {
-    n: u64,
-}
 
 /// Deliveries by job.
 static SEEN: Mutex<BTreeMap<u64, u32>> = Mutex::new(BTreeMap::new());
@@ -45,7 +40,7 @@ async fn handler(job: &Job) -> HandlerOutcome {
         *count += 1;
         *count
     };
-    if job.n % 5 == 0 && seen == 1 {
+    if job.n.is_multiple_of(5) && seen == 1 {
         HandlerOutcome::retry_after(Duration::from_millis(50))
     } else {
         HandlerOutcome::Ack
@@ -80,8 +75,7 @@ async fn an_app_keeps_consuming_while_its_slot_moves_to_another_master() {
                 if stop.load(Ordering::SeqCst) {
                     return;
                 }
-                let body = serde_json::to_vec(&Job { n }).unwrap();
-                match broker.publish(STREAM, Message::new(body)).await {
+                match broker.publish(STREAM, Job::message(n)).await {
                     Ok(id) => published.lock().unwrap().push((n, id)),
                     Err(_) => {
                         failed.fetch_add(1, Ordering::SeqCst);
@@ -120,22 +114,17 @@ async fn an_app_keeps_consuming_while_its_slot_moves_to_another_master() {
 
     let all_handled = async || {
         let seen = SEEN.lock().unwrap();
-        published
-            .iter()
-            .all(|(n, _)| seen.get(n).is_some_and(|c| *c >= 1 + u32::from(n % 5 == 0)))
+        published.iter().all(|(n, _)| {
+            seen.get(n)
+                .is_some_and(|c| *c > u32::from(n.is_multiple_of(5)))
+        })
     };
     wait_until(Duration::from_secs(20), all_handled).await;
     tokio::time::timeout(Duration::from_secs(10), running.shutdown())
         .await
         .unwrap_or_else(|_| panic!("the app did not shut down within 10 s"));
 
-    let stored: BTreeMap<EntryId, u64> = broker
-        .range(STREAM, EntryId::ZERO, EntryId::MAX, usize::MAX)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| (e.id, serde_json::from_slice::<Job>(e.payload()).unwrap().n))
-        .collect();
+    let stored = stored_jobs(&broker, STREAM).await;
     let seen = SEEN.lock().unwrap().clone();
     let lost: Vec<u64> = published
         .iter()
@@ -150,7 +139,7 @@ async fn an_app_keeps_consuming_while_its_slot_moves_to_another_master() {
     let not_retried: Vec<u64> = published
         .iter()
         .map(|(n, _)| *n)
-        .filter(|n| n % 5 == 0 && seen.get(n).is_some_and(|c| *c < 2))
+        .filter(|n| n.is_multiple_of(5) && seen.get(n).is_some_and(|c| *c < 2))
         .collect();
     println!(
         "slot {slot} moved from :{} to :{} in {moved_in:?} ({handled_at_move} jobs handled by \

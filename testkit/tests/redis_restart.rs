@@ -33,8 +33,8 @@ use ruststream::{
     Broker, BrokerFuture, BrokerScope, EntryId, Message, ReadBatch, ReadRequest, RedisBroker,
     forward_broker,
 };
-use support::assert_none;
 use support::redis_server::{Persistence, RedisServer};
+use support::{Job, assert_none, stored_jobs};
 
 const STREAM: &str = "restart-jobs";
 /// How long the server stays down.
@@ -49,11 +49,6 @@ const RESUME_WITHIN: Duration = Duration::from_secs(15);
 const PACE: Duration = Duration::from_millis(5);
 /// Bound on the producer's publishes.
 const MAX_JOBS: u64 = 20_000;
-
-#[derive(Debug, Deserialize, Serialize)]
-struct Job {
-    n: u64,
-}
 
 /// Jobs handled, with how many times, per test.
 static AOF_HANDLED: Mutex<BTreeMap<u64, u32>> = Mutex::new(BTreeMap::new());
@@ -250,16 +245,7 @@ async fn restart_mid_run(
     // What must be handled: with AOF, everything acknowledged; without
     // persistence, everything in the new stream (it holds only what was
     // published since the restart: the rest was lost with the server).
-    let stored: BTreeMap<EntryId, u64> = checker
-        .range(STREAM, EntryId::ZERO, EntryId::MAX, usize::MAX)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| {
-            let job: Job = serde_json::from_slice(e.payload()).unwrap();
-            (e.id, job.n)
-        })
-        .collect();
+    let stored = stored_jobs(&checker, STREAM).await;
     let must_be_stored: Vec<&Published> = acked
         .iter()
         .filter(|p| persistence == Persistence::AofAlways || p.generation == 1)

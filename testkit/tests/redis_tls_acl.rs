@@ -22,7 +22,7 @@ use ruststream::prelude::*;
 use ruststream::{Broker, BrokerScope, Message, RedisBroker, RedisConfig, RedisTls, StreamStart};
 use support::redis_server::{Persistence, RedisServer, free_port};
 use support::tls::TestCerts;
-use support::wait_until;
+use support::{Job, wait_until};
 
 const TLS_STREAM: &str = "tls-jobs";
 const ACL_STREAM: &str = "acl-jobs";
@@ -34,11 +34,6 @@ const SUBSCRIBER_COMMANDS: &str = "+ping +info +time +evalsha +eval +script|load
      +multi +exec +exists +type +del +xadd +xreadgroup +xread +xack +xclaim +xautoclaim \
      +xpending +xgroup +xinfo +xrange +xrevrange +xlen +xdel +hget +hset +hdel +hgetall +zadd \
      +zrange +zrangebyscore +zrangebylex +zrem +zscore +zcard";
-
-#[derive(Debug, Deserialize, Serialize)]
-struct Job {
-    n: u64,
-}
 
 static TLS_SEEN: Mutex<BTreeMap<u64, u32>> = Mutex::new(BTreeMap::new());
 static ACL_SEEN: Mutex<BTreeMap<u64, u32>> = Mutex::new(BTreeMap::new());
@@ -52,9 +47,9 @@ fn outcome(seen: &Mutex<BTreeMap<u64, u32>>, n: u64) -> HandlerOutcome {
         *count += 1;
         *count
     };
-    if n % 7 == 0 {
+    if n.is_multiple_of(7) {
         HandlerOutcome::dead_letter("sevens are refused")
-    } else if n % 5 == 0 && times == 1 {
+    } else if n.is_multiple_of(5) && times == 1 {
         HandlerOutcome::retry_after(Duration::from_millis(20))
     } else {
         HandlerOutcome::Ack
@@ -115,10 +110,15 @@ async fn run_jobs(
         .await
         .unwrap();
     for n in 0..JOBS {
-        let body = serde_json::to_vec(&Job { n }).unwrap();
-        broker.publish(stream, Message::new(body)).await.unwrap();
+        broker.publish(stream, Job::message(n)).await.unwrap();
     }
-    let expected = |n: u64| if n % 5 == 0 && n % 7 != 0 { 2 } else { 1 };
+    let expected = |n: u64| {
+        if n.is_multiple_of(5) && !n.is_multiple_of(7) {
+            2
+        } else {
+            1
+        }
+    };
     let done = async || {
         let seen = seen.lock().unwrap();
         (0..JOBS).all(|n| seen.get(&n).copied().unwrap_or(0) >= expected(n))
@@ -135,7 +135,7 @@ async fn run_jobs(
         .unwrap();
     assert_eq!(
         dead.len() as u64,
-        (0..JOBS).filter(|n| n % 7 == 0).count() as u64,
+        (0..JOBS).filter(|n| n.is_multiple_of(7)).count() as u64,
         "{stream}: dead letters"
     );
     tokio::time::timeout(Duration::from_secs(10), running.shutdown())

@@ -180,15 +180,31 @@ fn cluster_seeds(url: &str) -> Option<Vec<String>> {
         Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
         None => (String::new(), rest),
     };
-    let hosts = hosts.trim_end_matches('/');
+    let hosts = split_urls(hosts.trim_end_matches('/'));
     Some(
         hosts
-            .split(',')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
+            .iter()
             .map(|host| format!("{scheme}://{userinfo}{host}"))
             .collect(),
     )
+}
+
+/// The items of a comma-separated list of URLs (or `host:port`s), trimmed,
+/// empty ones left out: what `RUSTSTREAM_REDIS_CLUSTER_URLS` holds, and the
+/// hosts of a `redis+cluster://` URL.
+///
+/// ```
+/// assert_eq!(
+///     ruststream_redis::split_urls("redis://a:1, redis://b:2,"),
+///     ["redis://a:1", "redis://b:2"]
+/// );
+/// ```
+pub fn split_urls(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Checks the names a call takes, before anything is sent: the rules every

@@ -73,6 +73,29 @@ pub fn unique_token() -> String {
 mod tests {
     use super::*;
 
+    /// The part of a key Redis Cluster hashes to pick its slot: the text
+    /// between the first `{` and the next `}` when that is not empty, else
+    /// the whole key.
+    fn hashed_part(key: &str) -> &str {
+        if let Some(open) = key.find('{')
+            && let Some(len) = key[open + 1..].find('}')
+            && len > 0
+        {
+            return &key[open + 1..open + 1 + len];
+        }
+        key
+    }
+
+    #[test]
+    fn every_key_of_a_stream_hashes_to_the_stream_s_slot() {
+        for stream in ["payments", "a", "rs-test:x:jobs", "odd:name.with-dots"] {
+            let keys = GroupKeys::new(stream, "ledger");
+            for key in keys.all(stream) {
+                assert_eq!(hashed_part(key), stream, "{key}");
+            }
+        }
+    }
+
     #[test]
     fn side_keys_share_the_stream_hash_tag() {
         let keys = GroupKeys::new("payments", "ledger");

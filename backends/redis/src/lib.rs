@@ -246,7 +246,9 @@ mod scripts;
 #[cfg(test)]
 mod testing;
 
-pub use broker::{CLUSTER_REDIRECTIONS, RedisBroker, RedisConfig, RedisTls, ReplicaAck};
+pub use broker::{
+    CLUSTER_REDIRECTIONS, RedisBroker, RedisConfig, RedisTls, ReplicaAck, split_urls,
+};
 
 /// Test support: a token unique across calls and processes
 /// (`<pid>-<nanoseconds, hex>-<counter>`), for names no other test or run

@@ -42,13 +42,12 @@
 //! Keys are named `rs-bench:*` and deleted after each run.
 
 use std::error::Error;
-use std::hint::black_box;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use redis::Value;
 use ruststream::prelude::*;
-use ruststream::{Broker, Message, ReadMode, ReadRequest};
+use ruststream::{Broker, Message};
+use ruststream_benches::redis_loops::{self, BATCH};
 use ruststream_benches::{Payment, Probe, batches, counting, median, payload};
 use ruststream_redis::RedisBroker;
 
@@ -56,7 +55,6 @@ type BenchResult<T> = Result<T, Box<dyn Error>>;
 
 const DEFAULT_MESSAGES: u64 = 200_000;
 const REPS: usize = 5;
-const BATCH: usize = 500;
 const GROUP: &str = "ledger";
 /// The target: the `#[subscriber]` path at 80% of the hand loop.
 const TARGET_RATIO: f64 = 0.80;
@@ -132,18 +130,7 @@ async fn fill(
     n: u64,
 ) -> BenchResult<Duration> {
     let started = Instant::now();
-    for batch in batches(n, BATCH) {
-        let mut pipe = redis::pipe();
-        for j in batch {
-            pipe.cmd("XADD")
-                .arg(stream)
-                .arg("*")
-                .arg("payload")
-                .arg(payload(j))
-                .ignore();
-        }
-        pipe.query_async::<()>(conn).await?;
-    }
+    redis_loops::hand_fill(conn, stream, n).await?;
     Ok(started.elapsed())
 }
 
@@ -156,104 +143,21 @@ async fn publish_broker(broker: &RedisBroker, stream: &str, n: u64) -> BenchResu
     Ok(started.elapsed())
 }
 
-fn bytes(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        _ => None,
-    }
-}
-
-/// The hand-written consumer: XREADGROUP COUNT 500, decode, XACK per batch.
+/// The hand-written consumer ([`redis_loops::hand_consume`]), timed.
 async fn consume_hand(
     conn: &mut redis::aio::MultiplexedConnection,
     stream: &str,
     n: u64,
 ) -> BenchResult<Duration> {
     let started = Instant::now();
-    redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(stream)
-        .arg(GROUP)
-        .arg("0")
-        .query_async::<()>(conn)
-        .await?;
-    let mut done = 0u64;
-    while done < n {
-        let reply: Value = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(GROUP)
-            .arg("hand-1")
-            .arg("COUNT")
-            .arg(BATCH)
-            .arg("STREAMS")
-            .arg(stream)
-            .arg(">")
-            .query_async(conn)
-            .await?;
-        let Value::Array(streams) = reply else {
-            return Err("the stream ran dry before every message was read".into());
-        };
-        let mut ack = redis::cmd("XACK");
-        ack.arg(stream).arg(GROUP);
-        for s in &streams {
-            let Value::Array(parts) = s else { continue };
-            let Some(Value::Array(entries)) = parts.get(1) else {
-                continue;
-            };
-            for entry in entries {
-                let Value::Array(e) = entry else { continue };
-                let (Some(id), Some(Value::Array(fields))) = (e.first().and_then(bytes), e.get(1))
-                else {
-                    continue;
-                };
-                for pair in fields.chunks_exact(2) {
-                    if bytes(&pair[0]) == Some(b"payload")
-                        && let Some(p) = bytes(&pair[1])
-                    {
-                        // The framework's decode: UTF-8 checked once, then
-                        // parsed as a str.
-                        let payment: Payment = serde_json::from_str(std::str::from_utf8(p)?)?;
-                        black_box(&payment);
-                    }
-                }
-                ack.arg(id);
-                done += 1;
-            }
-        }
-        ack.query_async::<i64>(conn).await?;
-    }
+    redis_loops::hand_consume(conn, stream, GROUP, n).await?;
     Ok(started.elapsed())
 }
 
 /// The same through the broker API.
 async fn consume_broker(broker: &RedisBroker, stream: &str, n: u64) -> BenchResult<Duration> {
     let started = Instant::now();
-    broker
-        .ensure_group(stream, GROUP, StreamStart::Beginning)
-        .await?;
-    let mut done = 0u64;
-    while done < n {
-        let batch = broker
-            .read(ReadRequest::new(
-                stream,
-                GROUP,
-                "broker-1",
-                ReadMode::New,
-                BATCH,
-            ))
-            .await?;
-        if batch.deliveries.is_empty() {
-            return Err("the stream ran dry before every message was read".into());
-        }
-        let mut ids = Vec::with_capacity(batch.deliveries.len());
-        for d in &batch.deliveries {
-            let payment: Payment = serde_json::from_slice(d.entry.payload())?;
-            black_box(&payment);
-            ids.push(d.id());
-        }
-        broker.ack(stream, GROUP, &ids).await?;
-        done += ids.len() as u64;
-    }
+    redis_loops::broker_consume(broker, stream, GROUP, n).await?;
     Ok(started.elapsed())
 }
 

@@ -41,3 +41,61 @@ pub async fn wait_until(limit: std::time::Duration, mut done: impl AsyncFnMut() 
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// The payload of the real-time tests' jobs: a number that names each.
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
+pub struct Job {
+    pub n: u64,
+}
+
+impl Job {
+    /// `{"n":<n>}` as a message.
+    pub fn message(n: u64) -> ruststream::Message {
+        ruststream::Message::new(serde_json::to_vec(&Job { n }).expect("a job encodes"))
+    }
+}
+
+/// What `stream` holds now, as each entry's id and job number.
+pub async fn stored_jobs(
+    broker: &dyn ruststream::Broker,
+    stream: &str,
+) -> std::collections::BTreeMap<ruststream::EntryId, u64> {
+    use ruststream::EntryId;
+    broker
+        .range(stream, EntryId::ZERO, EntryId::MAX, usize::MAX)
+        .await
+        .expect("the stream can be read")
+        .iter()
+        .map(|e| {
+            let job: Job = serde_json::from_slice(e.payload()).expect("a job payload");
+            (e.id, job.n)
+        })
+        .collect()
+}
+
+/// The conformance target of a Redis broker (one server or a cluster), in
+/// real time, with a key prefix of its own: claiming reads only where the
+/// server serves them (8.4), and trimming that drops pending entries (what
+/// Redis does). Panics, with `hint` on how to start a server, when none
+/// answers.
+pub async fn redis_target(
+    broker: ruststream_redis::RedisBroker,
+    hint: &str,
+) -> ruststream_testkit::conformance::Target {
+    use ruststream::{Broker, BrokerError, ReadMode};
+    let claiming = broker
+        .check_mode(ReadMode::Claiming {
+            min_idle: std::time::Duration::from_secs(1),
+        })
+        .await;
+    let prefix = format!("rs-test:{}:", ruststream_redis::unique_token());
+    let url = broker.url().to_owned();
+    let target =
+        ruststream_testkit::conformance::Target::real_time(std::sync::Arc::new(broker), prefix)
+            .trim_drops_pending();
+    match claiming {
+        Ok(()) => target,
+        Err(BrokerError::Unsupported { .. }) => target.without_claiming_reads(),
+        Err(e) => panic!("no Redis to test against at {url} ({hint}): {e}"),
+    }
+}

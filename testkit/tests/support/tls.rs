@@ -49,7 +49,8 @@ impl TestCerts {
             let extensions = format!(
                 "subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\nbasicConstraints=CA:FALSE\n"
             );
-            std::fs::write(certs.dir.join(&ext), extensions).unwrap();
+            std::fs::write(certs.dir.join(&ext), extensions)
+                .unwrap_or_else(|e| panic!("cannot write {ext}: {e}"));
             certs.openssl(&[
                 &["req"],
                 &ec[..],

@@ -22,7 +22,7 @@ use tokio::sync::OnceCell;
 
 use super::RedisBroker;
 use super::tls::{RedisTls, is_tls};
-use super::topology::{Conn, Topology};
+use super::topology::{ClusterClients, Conn, Topology};
 use crate::codec::{BadReply, ms};
 use crate::scripts::{ScriptError, Scripts};
 
@@ -122,7 +122,7 @@ impl Connections {
                 Some(tls) => Client::build_with_tls(url, tls.certificates()),
                 None => Client::open(url),
             }
-            .map(Topology::Standalone)
+            .map(|client| Topology::Standalone(Box::new(client)))
             .map_err(|e| format!("{shown} is not a usable Redis URL: {e}"))
         });
         Connections::with(shown, topology, config)
@@ -160,10 +160,10 @@ impl Connections {
             shared
                 .build()
                 .and_then(|client: ClusterClient| {
-                    Ok(Topology::Cluster {
-                        client,
+                    Ok(Topology::Cluster(Box::new(ClusterClients {
+                        shared: client,
                         blocking: builder().build()?,
-                    })
+                    })))
                 })
                 .map_err(|e| format!("{shown} is not a usable set of Redis cluster URLs: {e}"))
         };
@@ -227,11 +227,12 @@ impl RedisBroker {
                             .set_number_of_retries(config.reconnect_attempts)
                             .set_min_delay(Duration::from_millis(50))
                             .set_max_delay(Duration::from_secs(1));
-                        ConnectionManager::new_lazy_with_config(client.clone(), settings)
+                        ConnectionManager::new_lazy_with_config((**client).clone(), settings)
                             .map(Conn::Managed)
                             .map_err(lost)
                     }
-                    Topology::Cluster { client, .. } => client
+                    Topology::Cluster(clients) => clients
+                        .shared
                         .get_async_connection()
                         .await
                         .map(Conn::Cluster)
@@ -350,9 +351,11 @@ impl RedisBroker {
                     .await
                     .map(Conn::Direct)
             }
-            Topology::Cluster { blocking, .. } => {
-                blocking.get_async_connection().await.map(Conn::Cluster)
-            }
+            Topology::Cluster(clients) => clients
+                .blocking
+                .get_async_connection()
+                .await
+                .map(Conn::Cluster),
         }
         .map_err(|e| scope.error(&e))
     }

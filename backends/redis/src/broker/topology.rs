@@ -25,13 +25,16 @@ use redis::{Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 /// How to reach the server(s): the client a broker makes connections with.
 pub(super) enum Topology {
     /// One server (or a proxy in front of several).
-    Standalone(Client),
-    /// A Redis Cluster, found from its seed nodes. The second client has
-    /// no response timeout: blocking waits use it.
-    Cluster {
-        client: ClusterClient,
-        blocking: ClusterClient,
-    },
+    Standalone(Box<Client>),
+    /// A Redis Cluster, found from its seed nodes.
+    Cluster(Box<ClusterClients>),
+}
+
+/// A cluster's clients: one for every call, one without a response
+/// timeout for blocking waits.
+pub(super) struct ClusterClients {
+    pub(super) shared: ClusterClient,
+    pub(super) blocking: ClusterClient,
 }
 
 /// A connection on which the broker sends commands.
