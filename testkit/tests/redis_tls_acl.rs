@@ -1,8 +1,9 @@
 //! The connections managed Redis services require: TLS (`rediss://`) with
 //! a private CA and a client certificate (mutual TLS), and an ACL user
 //! allowed only the commands docs/operations.md lists and only its
-//! stream's keys. Each test starts its own `redis-server` with a TLS port
-//! and certificates it makes with `openssl` (never the shared server).
+//! stream's keys, on one server and on a cluster. Each test starts its own
+//! `redis-server`s with TLS ports and certificates it makes with `openssl`
+//! (never the shared servers).
 //!
 //! A subscriber runs end to end over each (blocking reads, retries with
 //! delay, dead letters: every script the broker has), and the failures an
@@ -20,12 +21,14 @@ use std::time::Duration;
 
 use ruststream::prelude::*;
 use ruststream::{Broker, BrokerScope, Message, RedisBroker, RedisConfig, RedisTls, StreamStart};
+use support::redis_cluster::RedisCluster;
 use support::redis_server::{Persistence, RedisServer, free_port};
 use support::tls::TestCerts;
 use support::{Job, wait_until};
 
 const TLS_STREAM: &str = "tls-jobs";
 const ACL_STREAM: &str = "acl-jobs";
+const CLUSTER_STREAM: &str = "tls-cluster-jobs";
 const JOBS: u64 = 60;
 const PASSWORD: &str = "s3cret-acl-pass";
 
@@ -35,8 +38,12 @@ const SUBSCRIBER_COMMANDS: &str = "+ping +info +time +evalsha +eval +script|load
      +xpending +xgroup +xinfo +xrange +xrevrange +xlen +xdel +hget +hset +hdel +hgetall +zadd \
      +zrange +zrangebyscore +zrangebylex +zrem +zscore +zcard";
 
+/// What a subscriber on a cluster needs on top (docs/operations.md).
+const CLUSTER_COMMANDS: &str = "+cluster|slots";
+
 static TLS_SEEN: Mutex<BTreeMap<u64, u32>> = Mutex::new(BTreeMap::new());
 static ACL_SEEN: Mutex<BTreeMap<u64, u32>> = Mutex::new(BTreeMap::new());
+static CLUSTER_SEEN: Mutex<BTreeMap<u64, u32>> = Mutex::new(BTreeMap::new());
 
 /// Every fifth job is retried once after 20 ms; every seventh is
 /// dead-lettered.
@@ -64,6 +71,31 @@ async fn tls_handler(job: &Job) -> HandlerOutcome {
 #[subscriber(RedisStream::new(ACL_STREAM).group("g").consumer("acl"), workers(2))]
 async fn acl_handler(job: &Job) -> HandlerOutcome {
     outcome(&ACL_SEEN, job.n)
+}
+
+#[subscriber(RedisStream::new(CLUSTER_STREAM).group("g").consumer("cluster"), workers(2))]
+async fn cluster_handler(job: &Job) -> HandlerOutcome {
+    outcome(&CLUSTER_SEEN, job.n)
+}
+
+/// Adds the operator's ACL user `app` on the server at `port`: the
+/// subscriber's commands, on `stream` and the keys ruststream keeps beside
+/// it, nothing else.
+fn add_acl_user(port: u16, stream: &str, more: &str) {
+    let rule = format!(
+        "ACL SETUSER app reset on >{PASSWORD} ~{stream} ~rs:{{{stream}}}:* resetchannels -@all {SUBSCRIBER_COMMANDS} {more}"
+    );
+    let out = std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(rule.split_whitespace())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "OK",
+        "{rule}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A private server with a TLS port (clients must present a certificate
@@ -201,22 +233,7 @@ async fn a_subscriber_runs_over_mutual_tls_and_bad_tls_is_a_clear_error() {
 async fn an_acl_user_limited_to_its_streams_keys_runs_a_subscriber_over_tls() {
     let certs = tokio::task::block_in_place(|| TestCerts::make("acl"));
     let (server, tls_port) = tokio::task::block_in_place(|| tls_server("acl", &certs));
-    // The operator's ACL: the subscriber's commands, on its stream and the
-    // keys ruststream keeps beside it, nothing else.
-    let rule = format!(
-        "ACL SETUSER app reset on >{PASSWORD} ~{ACL_STREAM} ~rs:{{{ACL_STREAM}}}:* resetchannels -@all {SUBSCRIBER_COMMANDS}"
-    );
-    let out = std::process::Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
-        .args(rule.split_whitespace())
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "OK",
-        "{rule}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    add_acl_user(server.port(), ACL_STREAM, "");
     let url = format!("rediss://app:{PASSWORD}@127.0.0.1:{tls_port}");
     let broker = RedisBroker::standalone_with(&url, config(mutual_tls(&certs)));
     assert!(!broker.url().contains(PASSWORD), "{}", broker.url());
@@ -249,4 +266,25 @@ async fn an_acl_user_limited_to_its_streams_keys_runs_a_subscriber_over_tls() {
     let text = err.to_string();
     assert!(!text.contains(PASSWORD), "shows a password: {text}");
     assert!(text.contains("app:***@"), "names the user: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_runs_a_subscriber_on_a_tls_cluster() {
+    let certs = tokio::task::block_in_place(|| TestCerts::make("cluster"));
+    let cluster = tokio::task::block_in_place(|| RedisCluster::start_tls("tls", &certs));
+    for port in cluster.plain_ports() {
+        // A cluster client also reads the slot map.
+        add_acl_user(port, CLUSTER_STREAM, CLUSTER_COMMANDS);
+    }
+    let seeds: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replace("rediss://", &format!("rediss://app:{PASSWORD}@")))
+        .collect();
+    let broker = RedisBroker::cluster_with(seeds, config(mutual_tls(&certs)));
+    assert!(!broker.url().contains(PASSWORD), "{}", broker.url());
+    run_jobs(broker, CLUSTER_STREAM, &CLUSTER_SEEN, |b| {
+        b.include(cluster_handler);
+    })
+    .await;
 }

@@ -5,11 +5,15 @@
 //! 1 s, so a failover takes a few seconds. Dropping it kills every node.
 //!
 //! Cluster commands go through `redis-cli`, as an operator would run them.
+//! [`RedisCluster::start_tls`] makes the cluster speak TLS (clients, the
+//! cluster bus and replication) on ports of its own, beside plain ports
+//! kept for readiness checks and set-up.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::redis_server::{Persistence, RedisServer};
+use super::redis_server::{Persistence, RedisServer, free_port};
+use super::tls::TestCerts;
 
 /// A node as `CLUSTER NODES` lists it.
 #[derive(Clone, Debug)]
@@ -30,37 +34,62 @@ impl Node {
 
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    /// Each node's TLS port, on a TLS cluster.
+    tls_ports: Vec<u16>,
 }
 
 impl RedisCluster {
     /// Starts six nodes and makes them a cluster; waits until every node
     /// reports it ok.
     pub fn start(what: &str) -> RedisCluster {
+        RedisCluster::start_with(what, None)
+    }
+
+    /// [`RedisCluster::start`] on TLS: clients, the cluster bus and
+    /// replication use TLS ports with `certs` (clients must present the
+    /// client certificate).
+    pub fn start_tls(what: &str, certs: &TestCerts) -> RedisCluster {
+        RedisCluster::start_with(what, Some(certs))
+    }
+
+    fn start_with(what: &str, tls: Option<&TestCerts>) -> RedisCluster {
+        let mut tls_ports = Vec::new();
         let nodes: Vec<RedisServer> = (0..6)
             .map(|i| {
-                RedisServer::start_with(
-                    &format!("{what}-node{i}"),
-                    Persistence::None,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        "1000",
-                        // Replicas sync at once (the default waits 5 s
-                        // for more replicas to share a transfer).
-                        "--repl-diskless-sync-delay",
-                        "0",
-                    ],
-                )
+                let mut args: Vec<String> = [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
+                    // Replicas sync at once (the default waits 5 s for
+                    // more replicas to share a transfer).
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ]
+                .map(str::to_owned)
+                .to_vec();
+                if let Some(certs) = tls {
+                    let port = free_port();
+                    tls_ports.push(port);
+                    args.extend(certs.server_args(port));
+                    args.extend(
+                        ["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned),
+                    );
+                }
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                RedisServer::start_with(&format!("{what}-node{i}"), Persistence::None, &args)
             })
             .collect();
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, tls_ports };
         let mut create = Command::new("redis-cli");
+        if let Some(certs) = tls {
+            create.args(certs.cli_args());
+        }
         create.arg("--cluster").arg("create");
-        for node in &cluster.nodes {
-            create.arg(format!("127.0.0.1:{}", node.port()));
+        for port in cluster.client_ports() {
+            create.arg(format!("127.0.0.1:{port}"));
         }
         create.args(["--cluster-replicas", "1", "--cluster-yes"]);
         let out = create
@@ -97,9 +126,32 @@ impl RedisCluster {
         }
     }
 
-    /// `redis://127.0.0.1:<port>` of every node: the seeds a broker takes.
+    /// `redis://127.0.0.1:<port>` of every node (`rediss://` and the TLS
+    /// port on a TLS cluster): the seeds a broker takes.
     pub fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(RedisServer::url).collect()
+        let scheme = if self.tls_ports.is_empty() {
+            "redis"
+        } else {
+            "rediss"
+        };
+        self.client_ports()
+            .into_iter()
+            .map(|port| format!("{scheme}://127.0.0.1:{port}"))
+            .collect()
+    }
+
+    /// The ports clients use: the TLS ones on a TLS cluster.
+    fn client_ports(&self) -> Vec<u16> {
+        if self.tls_ports.is_empty() {
+            self.nodes.iter().map(RedisServer::port).collect()
+        } else {
+            self.tls_ports.clone()
+        }
+    }
+
+    /// The plain port of every node, for set-up commands.
+    pub fn plain_ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(RedisServer::port).collect()
     }
 
     /// Runs `redis-cli -p <port> <args>` and returns what it printed.

@@ -41,7 +41,12 @@ impl TestCerts {
                 "/CN=ruststream test CA",
             ],
         ]);
-        for (name, usage) in [("server", "serverAuth"), ("client", "clientAuth")] {
+        // Servers present their certificate as clients too (a cluster's
+        // bus, replication over TLS).
+        for (name, usage) in [
+            ("server", "serverAuth,clientAuth"),
+            ("client", "clientAuth"),
+        ] {
             let key = format!("{name}.key");
             let csr = format!("{name}.csr");
             let pem = format!("{name}.pem");
@@ -121,6 +126,20 @@ impl TestCerts {
             path("ca.pem"),
             "--tls-auth-clients".into(),
             "yes".into(),
+        ]
+    }
+
+    /// The `redis-cli` arguments to connect with the client certificate.
+    pub fn cli_args(&self) -> Vec<String> {
+        let path = |f: &str| self.path(f).display().to_string();
+        vec![
+            "--tls".into(),
+            "--cacert".into(),
+            path("ca.pem"),
+            "--cert".into(),
+            path("client.pem"),
+            "--key".into(),
+            path("client.key"),
         ]
     }
 }
