@@ -1,8 +1,11 @@
-//! [`forward_broker!`](crate::forward_broker) and
-//! [`delegate_broker!`](crate::delegate_broker): `Broker` methods that pass
-//! the call on unchanged, to a wrapped broker or to functions by role.
+//! [`forward_broker!`](crate::forward_broker),
+//! [`delegate_broker!`](crate::delegate_broker) and
+//! [`broker_methods!`](crate::broker_methods): `Broker` methods written
+//! from their names, that pass the call on unchanged (to a wrapped broker,
+//! or to functions by role) or wrap it the same way (a macro of the
+//! caller's writes each body).
 //!
-//! Both write each method from one table of the trait's signatures
+//! All three write each method from one table of the trait's signatures
 //! (`__broker_method!`), so a signature is spelled once here.
 
 /// Writes, inside an `impl Broker for T`, the named [`Broker`](crate::Broker)
@@ -89,10 +92,54 @@ macro_rules! delegate_broker {
     };
 }
 
+/// Writes, inside an `impl Broker for T`, the named [`Broker`](crate::Broker)
+/// methods with the trait's signatures, each body written by the macro
+/// named before the colon: it is called as `body!(self, [extra] method(param,
+/// ...))`, with the receiver, the tokens given in brackets after the
+/// method's name (none: `[]`), the method's name and its parameters'
+/// names, in the trait's order. For wrappers that treat many calls alike.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+///
+/// use ruststream_core::{Broker, broker_methods, forward_broker};
+///
+/// /// Counts the calls that settle entries, by kind, and passes
+/// /// everything on.
+/// struct Counted<B> {
+///     inner: B,
+///     settles: [AtomicUsize; 2],
+/// }
+///
+/// /// The body of a counted call: count it under `kind`, then pass it on.
+/// macro_rules! counted {
+///     ($this:ident, [$kind:expr] $method:ident($($param:ident),*)) => {{
+///         $this.settles[$kind].fetch_add(1, Ordering::Relaxed);
+///         $this.inner.$method($($param),*)
+///     }};
+/// }
+///
+/// impl<B: Broker> Broker for Counted<B> {
+///     broker_methods!(counted: ack[0], dead_letter[1]);
+///
+///     forward_broker!(inner: name, check_mode, publish_batch, ensure_group,
+///         set_group_position, read, retry, extend_claim, redrive, discard,
+///         group_info, consumers, pending, dead_letters, range, stream_info, trim);
+/// }
+/// ```
+#[macro_export]
+macro_rules! broker_methods {
+    ($body:ident : $($method:ident $([$($extra:tt)*])?),+ $(,)?) => {
+        $( $crate::__broker_method!(with [$body [$($($extra)*)?]] $method); )+
+    };
+}
+
 /// The table of the [`Broker`](crate::Broker) methods' parameters and
 /// answers, one line a method, for [`forward_broker!`](crate::forward_broker)
-/// and [`delegate_broker!`](crate::delegate_broker): `$how` is `field` or
-/// `module`, `$to` the field or module.
+/// [`delegate_broker!`](crate::delegate_broker) and
+/// [`broker_methods!`](crate::broker_methods): `$how` is `field`, `module`
+/// or `with`, `$to` the field, the module, or the body macro with its
+/// extra tokens.
 #[doc(hidden)]
 #[macro_export]
 #[rustfmt::skip]
@@ -123,8 +170,8 @@ macro_rules! __broker_method {
 }
 
 /// Writes one method from its line of `__broker_method!`: a call to the
-/// same method of a field, or to the function of the same name in a
-/// module (boxed).
+/// same method of a field, to the function of the same name in a module
+/// (boxed), or the body a macro of the caller's writes.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __broker_fn {
@@ -136,6 +183,11 @@ macro_rules! __broker_fn {
     (module $m:ident $name:ident($($p:ident: $t:ty),*) -> $answer:ty) => {
         fn $name<'a>(&'a self, $($p: $t),*) -> $crate::BrokerFuture<'a, $answer> {
             Box::pin($m::$name(self, $($p),*))
+        }
+    };
+    (with [$body:ident $extra:tt] $name:ident($($p:ident: $t:ty),*) -> $answer:ty) => {
+        fn $name<'a>(&'a self, $($p: $t),*) -> $crate::BrokerFuture<'a, $answer> {
+            $body!(self, $extra $name($($p),*))
         }
     };
 }
