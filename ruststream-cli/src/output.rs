@@ -45,6 +45,39 @@ pub fn emit_json_line(value: &impl Serialize) -> CliResult<()> {
     emit(&format!("{text}\n"))
 }
 
+/// Prints `rows` in `format`: as one JSON document, or as a table under
+/// `header` with the `cells` of each row ([`emit_table`]).
+pub fn emit_rows<T: Serialize>(
+    format: Format,
+    rows: &[T],
+    none: &str,
+    header: &[&str],
+    cells: impl Fn(&T) -> Vec<String>,
+) -> CliResult<()> {
+    match format {
+        Format::Json => emit_json(&rows),
+        Format::Table => emit_table(rows, none, header, cells),
+    }
+}
+
+/// Prints `rows` as a table under `header`, with the `cells` of each row;
+/// only the line `none` when there are no rows.
+pub fn emit_table<T>(
+    rows: &[T],
+    none: &str,
+    header: &[&str],
+    cells: impl Fn(&T) -> Vec<String>,
+) -> CliResult<()> {
+    if rows.is_empty() {
+        return emit(&format!("{none}\n"));
+    }
+    let mut table = Table::new(header);
+    for row in rows {
+        table.row(cells(row));
+    }
+    emit(&table.render())
+}
+
 /// A table: a header row and rows of cells, printed in columns two spaces
 /// apart (the last column unpadded).
 #[derive(Debug, Default)]

@@ -11,12 +11,12 @@ mod support;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ruststream::{
-    AppInfo, Broker, FileLogBroker, MemoryBroker, ReadMode, ReadRequest, Running, RustStream,
-    StreamStart,
-};
+use ruststream::{AppInfo, Broker, FileLogBroker, MemoryBroker, Running, RustStream, StreamStart};
 use serde_json::json;
-use support::{GATE_REASON, Gate, TempDir, cli, json_of, until};
+use support::{
+    GATE_REASON, Gate, TempDir, cli, cli_in, cli_in_background, cli_of, consumer_names, json_in,
+    read_new, until,
+};
 
 /// Starts app `name` with `gate` on `broker`, serving the admin endpoint
 /// with the token `t`; the app and the endpoint's URL.
@@ -41,37 +41,16 @@ async fn a_dead_letter_is_listed_redriven_handled_and_gone() {
     let (gate, state) = Gate::new("orders", "billing");
     let (app, url) = serve("cli-admin", log.clone(), gate).await;
     let a = ["--admin", url.as_str(), "--token", "t"];
-    let with =
-        |rest: &[&str]| -> Vec<String> { a.iter().chain(rest).map(|s| (*s).to_owned()).collect() };
-    async fn run(args: Vec<String>) -> support::Out {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        cli(&args).await
-    }
 
     // Published through the endpoint; the subscriber dead-letters it.
-    let published = run(with(&[
-        "--format",
-        "json",
-        "publish",
-        "orders",
-        "poison-7",
-        "-H",
-        "tenant=acme",
-    ]))
-    .await
-    .ok()
-    .json();
+    let published = cli_in(&a, "--format json publish orders poison-7 -H tenant=acme")
+        .await
+        .ok()
+        .json();
     let id = published["ids"][0].as_str().unwrap().to_owned();
-    run(with(&["publish", "orders", "fine-1"])).await.ok();
+    cli_in(&a, "publish orders fine-1").await.ok();
     until("the dead letter", || async {
-        let out = run(with(&[
-            "--format",
-            "json",
-            "dead-letters",
-            "orders",
-            "billing",
-        ]))
-        .await;
+        let out = cli_in(&a, "--format json dead-letters orders billing").await;
         out.code == 0 && out.json().as_array().is_some_and(|a| a.len() == 1)
     })
     .await;
@@ -79,39 +58,30 @@ async fn a_dead_letter_is_listed_redriven_handled_and_gone() {
 
     // Listed: JSON and table, through the endpoint and read-only on the
     // directory the app holds.
-    let listed = run(with(&[
-        "--format",
-        "json",
-        "dead-letters",
-        "orders",
-        "billing",
-    ]))
-    .await
-    .ok()
-    .json();
+    let listed = cli_in(&a, "--format json dead-letters orders billing")
+        .await
+        .ok()
+        .json();
     assert_eq!(listed[0]["id"], id.as_str());
     assert_eq!(listed[0]["original_id"], id.as_str());
     assert_eq!(listed[0]["reason"], GATE_REASON);
     assert_eq!(listed[0]["entry"]["headers"]["tenant"], "acme");
-    let table = run(with(&["dead-letters", "orders", "billing"]))
-        .await
-        .ok()
-        .stdout;
+    let table = cli_in(&a, "dead-letters orders billing").await.ok().stdout;
     assert!(
         table.contains(GATE_REASON) && table.contains("poison-7"),
         "{table}"
     );
     let d = dir.arg();
     log.sync().await.unwrap();
-    let on_disk = json_of(&["--dir", &d], &["dead-letters", "orders", "billing"]).await;
+    let on_disk = json_in(&["--dir", &d], "dead-letters orders billing").await;
     assert_eq!(on_disk[0]["id"], id.as_str());
-    let described = run(with(&["--format", "json", "describe", "orders", "billing"]))
+    let described = cli_in(&a, "--format json describe orders billing")
         .await
         .ok()
         .json();
     assert_eq!(described["group"]["dead_letters"], 1);
     assert_eq!(described["stream"]["groups"], json!(["billing"]));
-    let shown = run(with(&["dead-letters", "show", "orders", "billing", &id]))
+    let shown = cli_in(&a, &format!("dead-letters show orders billing {id}"))
         .await
         .ok()
         .stdout;
@@ -128,64 +98,49 @@ async fn a_dead_letter_is_listed_redriven_handled_and_gone() {
     cli(&["--admin", &url, "redrive", "orders", "billing", &id])
         .await
         .fails(4, &["token"]);
-    cli(&[
-        "--admin", &url, "--token", "wrong", "redrive", "orders", "billing", &id,
-    ])
+    cli_in(
+        &["--admin", &url],
+        &format!("--token wrong redrive orders billing {id}"),
+    )
     .await
     .fails(4, &["does not match"]);
 
     // Redriven, handled, gone.
-    let dry = run(with(&[
-        "--format",
-        "json",
-        "redrive",
-        "orders",
-        "billing",
-        "--all",
-        "--dry-run",
-    ]))
-    .await
-    .ok()
-    .json();
+    let dry = cli_in(&a, "--format json redrive orders billing --all --dry-run")
+        .await
+        .ok()
+        .json();
     assert_eq!(
         dry,
         json!({ "dry_run": true, "selected": [id], "changed": 0 })
     );
     state.open.store(true, Ordering::SeqCst);
-    let done = run(with(&[
+    let redrive = [
         "redrive",
         "orders",
         "billing",
         "--reason-contains",
         "gate is closed",
-    ]))
-    .await
-    .ok()
-    .stdout;
+    ];
+    let done = cli_of(&a, &redrive).await.ok().stdout;
     assert_eq!(done, "redriven 1 of 1 selected dead letter(s)\n");
     until("the redriven entry acked", || async {
         state.acked() == ["fine-1", "poison-7"]
     })
     .await;
-    let listed = run(with(&[
-        "--format",
-        "json",
-        "dead-letters",
-        "orders",
-        "billing",
-    ]))
-    .await
-    .ok()
-    .json();
+    let listed = cli_in(&a, "--format json dead-letters orders billing")
+        .await
+        .ok()
+        .json();
     assert_eq!(listed, json!([]));
     until("nothing pending", || async {
-        let out = run(with(&["--format", "json", "describe", "orders", "billing"]))
+        let out = cli_in(&a, "--format json describe orders billing")
             .await
             .json();
         out["group"]["pending"] == 0
     })
     .await;
-    run(with(&["dead-letters", "show", "orders", "billing", &id]))
+    cli_in(&a, &format!("dead-letters show orders billing {id}"))
         .await
         .fails(3, &[&format!("no dead letter {id}")]);
 
@@ -206,50 +161,30 @@ async fn publish_tail_and_prune_through_the_endpoint() {
     let (app, url) = serve("cli-admin-feed", broker.clone(), gate).await;
 
     // publish, then tail --count, then tail following new entries.
-    let first = cli(&[
-        "--admin", &url, "--token", "t", "publish", "feed", "one", "--key", "k",
-    ])
+    let first = cli_in(
+        &["--admin", &url, "--token", "t"],
+        "publish feed one --key k",
+    )
     .await
     .ok()
     .stdout
     .trim()
     .to_owned();
-    let tailed = cli(&[
-        "--admin", &url, "--format", "json", "tail", "feed", "--from", &first, "--count", "1",
-    ])
+    let tailed = cli_in(
+        &["--admin", &url],
+        &format!("--format json tail feed --from {first} --count 1"),
+    )
     .await
     .ok()
     .stdout;
     let entry: serde_json::Value = serde_json::from_str(tailed.trim()).unwrap();
     assert_eq!(entry["payload"], "one");
     assert_eq!(entry["headers"][ruststream::PARTITION_KEY_HEADER], "k");
-    let follow = {
-        let url = url.clone();
-        let from = first.clone();
-        tokio::spawn(async move {
-            cli(&[
-                "--admin",
-                &url,
-                "tail",
-                "feed",
-                "--from",
-                &from,
-                "--count",
-                "3",
-                "--interval",
-                "20ms",
-            ])
-            .await
-        })
-    };
+    let words = format!("tail feed --from {first} --count 3 --interval 20ms");
+    let follow = cli_in_background(&["--admin", &url], &words);
     tokio::time::sleep(Duration::from_millis(100)).await;
     cli_with_stdin(&url, "two\nthree\n").await;
-    let followed = tokio::time::timeout(Duration::from_secs(20), follow)
-        .await
-        .unwrap()
-        .unwrap()
-        .ok()
-        .stdout;
+    let followed = follow.ok().await.stdout;
     let payloads: Vec<&str> = followed
         .lines()
         .map(|l| l.rsplit("  ").next().unwrap())
@@ -262,30 +197,16 @@ async fn publish_tail_and_prune_through_the_endpoint() {
         .ensure_group("feed", "aux", StreamStart::New)
         .await
         .unwrap();
-    broker
-        .read(ReadRequest::new("feed", "aux", "empty", ReadMode::New, 1))
-        .await
-        .unwrap();
+    read_new(&broker, ("feed", "aux", "empty"), 1).await;
     broker
         .publish("feed", ruststream::Message::new("four"))
         .await
         .unwrap();
-    broker
-        .read(ReadRequest::new("feed", "aux", "holder", ReadMode::New, 1))
-        .await
-        .unwrap();
+    read_new(&broker, ("feed", "aux", "holder"), 1).await;
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let dry = json_of(
+    let dry = json_in(
         &["--admin", &url, "--token", "t"],
-        &[
-            "consumers",
-            "prune",
-            "feed",
-            "aux",
-            "--idle",
-            "5ms",
-            "--dry-run",
-        ],
+        "consumers prune feed aux --idle 5ms --dry-run",
     )
     .await;
     assert_eq!(dry["dry_run"], true);
@@ -293,30 +214,13 @@ async fn publish_tail_and_prune_through_the_endpoint() {
     assert_eq!(dry["kept_holding"][0]["name"], "holder");
     assert_eq!(dry["kept_holding"][0]["pending"], 1);
     assert_eq!(broker.consumers("feed", "aux").await.unwrap().len(), 2);
-    cli(&[
-        "--admin",
-        &url,
-        "consumers",
-        "prune",
-        "feed",
-        "aux",
-        "--idle",
-        "5ms",
-    ])
-    .await
-    .fails(4, &["token"]);
-    let done = cli(&[
-        "--admin",
-        &url,
-        "--token",
-        "t",
-        "consumers",
-        "prune",
-        "feed",
-        "aux",
-        "--idle",
-        "5ms",
-    ])
+    cli_in(&["--admin", &url], "consumers prune feed aux --idle 5ms")
+        .await
+        .fails(4, &["token"]);
+    let done = cli_in(
+        &["--admin", &url, "--token", "t"],
+        "consumers prune feed aux --idle 5ms",
+    )
     .await
     .ok()
     .stdout;
@@ -325,13 +229,7 @@ async fn publish_tail_and_prune_through_the_endpoint() {
         "{done}"
     );
     assert!(done.contains("  holder  pending 1"), "{done}");
-    let left: Vec<String> = broker
-        .consumers("feed", "aux")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|c| c.name)
-        .collect();
+    let left = consumer_names(&broker, "feed", "aux").await;
     assert_eq!(left, ["holder"]);
     app.shutdown().await;
 }

@@ -10,8 +10,8 @@ mod support;
 
 use std::time::Duration;
 
-use ruststream::{Broker, EntryId, FileLogBroker, Message, ReadMode, ReadRequest, StreamStart};
-use support::{TempDir, cli, json_of};
+use ruststream::{Broker, EntryId, FileLogBroker, Message, StreamStart};
+use support::{TempDir, cli, cli_in, cli_in_background, json_in, read_new, stdout_of};
 
 /// Stream `jobs`, group `g`: `job-1` and `job-2` pending under `c1`;
 /// `job-3` acked by `c2`; `poison-1` (header `tenant=acme`) and
@@ -32,13 +32,8 @@ async fn fill(dir: &TempDir) -> (FileLogBroker, EntryId, EntryId) {
     .await
     .unwrap();
     b.publish("jobs", Message::new("poison-2")).await.unwrap();
-    b.read(ReadRequest::new("jobs", "g", "c1", ReadMode::New, 2))
-        .await
-        .unwrap();
-    let batch = b
-        .read(ReadRequest::new("jobs", "g", "c2", ReadMode::New, 3))
-        .await
-        .unwrap();
+    read_new(&b, ("jobs", "g", "c1"), 2).await;
+    let batch = read_new(&b, ("jobs", "g", "c2"), 3).await;
     let ids: Vec<EntryId> = batch.deliveries.iter().map(|d| d.id()).collect();
     b.ack("jobs", "g", &ids[..1]).await.unwrap();
     b.dead_letter("jobs", "g", &ids[1..2], "bad payload: expected JSON")
@@ -59,7 +54,7 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
     let d = d.as_str();
 
     // streams
-    let table = cli(&["--dir", d, "streams"]).await.ok().stdout;
+    let table = stdout_of(&["--dir", d], &["streams"]).await;
     assert!(table.starts_with("STREAM"), "{table}");
     assert!(
         table.lines().nth(1).unwrap().starts_with("jobs  "),
@@ -75,11 +70,7 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
 
     // describe, flagging c1 (idle, holding two entries)
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let json = json_of(
-        &["--dir", d],
-        &["describe", "jobs", "g", "--idle-threshold", "5ms"],
-    )
-    .await;
+    let json = json_in(&["--dir", d], "describe jobs g --idle-threshold 5ms").await;
     assert_eq!(json["stream"]["length"], 5);
     let g = &json["group"];
     assert_eq!(
@@ -104,18 +95,10 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
         (c2["pending"].as_u64(), c2["idle_over_threshold"].as_bool()),
         (Some(0), Some(false))
     );
-    let table = cli(&[
-        "--dir",
-        d,
-        "describe",
-        "jobs",
-        "g",
-        "--idle-threshold",
-        "5ms",
-    ])
-    .await
-    .ok()
-    .stdout;
+    let table = cli_in(&["--dir", d], "describe jobs g --idle-threshold 5ms")
+        .await
+        .ok()
+        .stdout;
     assert!(table.contains("dead letters    2"), "{table}");
     let flagged: Vec<&str> = table
         .lines()
@@ -123,11 +106,11 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
         .collect();
     assert_eq!(flagged.len(), 1, "{table}");
     assert!(flagged[0].starts_with("c1 "), "{table}");
-    let json = json_of(&["--dir", d], &["describe", "jobs"]).await;
+    let json = json_in(&["--dir", d], "describe jobs").await;
     assert_eq!(json["group"], serde_json::Value::Null);
 
     // pending
-    let json = json_of(&["--dir", d], &["pending", "jobs", "g"]).await;
+    let json = json_in(&["--dir", d], "pending jobs g").await;
     let rows = json.as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(
@@ -137,13 +120,13 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
         ),
         (Some("c1"), Some(1))
     );
-    let json = json_of(&["--dir", d], &["pending", "jobs", "g", "--limit", "1"]).await;
+    let json = json_in(&["--dir", d], "pending jobs g --limit 1").await;
     assert_eq!(json.as_array().unwrap().len(), 1);
-    let json = json_of(&["--dir", d], &["pending", "jobs", "g", "--consumer", "c2"]).await;
+    let json = json_in(&["--dir", d], "pending jobs g --consumer c2").await;
     assert_eq!(json, serde_json::json!([]));
-    let json = json_of(&["--dir", d], &["pending", "jobs", "g", "--min-idle", "1h"]).await;
+    let json = json_in(&["--dir", d], "pending jobs g --min-idle 1h").await;
     assert_eq!(json, serde_json::json!([]));
-    let table = cli(&["--dir", d, "pending", "jobs", "g"]).await.ok().stdout;
+    let table = stdout_of(&["--dir", d], &["pending", "jobs", "g"]).await;
     assert!(table.starts_with("ID"), "{table}");
     assert_eq!(
         table.lines().filter(|l| l.contains(" c1 ")).count(),
@@ -152,7 +135,7 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
     );
 
     // dead letters
-    let json = json_of(&["--dir", d], &["dead-letters", "jobs", "g"]).await;
+    let json = json_in(&["--dir", d], "dead-letters jobs g").await;
     let letters = json.as_array().unwrap();
     assert_eq!(letters.len(), 2);
     assert_eq!(letters[0]["id"], poison1.to_string());
@@ -161,24 +144,18 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
     assert_eq!(letters[0]["times_delivered"], 1);
     assert_eq!(letters[0]["entry"]["payload"], "poison-1");
     assert_eq!(letters[0]["entry"]["headers"]["tenant"], "acme");
-    let table = cli(&["--dir", d, "dead-letters", "list", "jobs", "g"])
-        .await
-        .ok()
-        .stdout;
+    let table = stdout_of(&["--dir", d], &["dead-letters", "list", "jobs", "g"]).await;
     assert!(
         table.contains("bad payload: expected JSON") && table.contains("poison-2"),
         "{table}"
     );
     let id = poison1.to_string();
-    let shown = cli(&["--dir", d, "dead-letters", "show", "jobs", "g", &id])
-        .await
-        .ok()
-        .stdout;
+    let shown = stdout_of(&["--dir", d], &["dead-letters", "show", "jobs", "g", &id]).await;
     assert!(
         shown.contains("tenant: acme") && shown.contains("\npoison-1\n"),
         "{shown}"
     );
-    let json = json_of(&["--dir", d], &["dead-letters", "show", "jobs", "g", &id]).await;
+    let json = json_in(&["--dir", d], &format!("dead-letters show jobs g {id}")).await;
     assert_eq!(
         (json["id"].as_str(), json["entry"]["payload"].as_str()),
         (Some(id.as_str()), Some("poison-1"))
@@ -195,23 +172,10 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
     cli(&["--dir", d, "publish", "jobs", "x"])
         .await
         .fails(4, &[&pid, "--admin"]);
-    cli(&[
-        "--dir",
-        d,
-        "consumers",
-        "prune",
-        "jobs",
-        "g",
-        "--idle",
-        "1ms",
-    ])
-    .await
-    .fails(4, &[&pid, "--admin"]);
-    let dry = json_of(
-        &["--dir", d],
-        &["discard", "jobs", "g", "--all", "--dry-run"],
-    )
-    .await;
+    cli_in(&["--dir", d], "consumers prune jobs g --idle 1ms")
+        .await
+        .fails(4, &[&pid, "--admin"]);
+    let dry = json_in(&["--dir", d], "discard jobs g --all --dry-run").await;
     assert_eq!(
         (
             dry["dry_run"].as_bool(),
@@ -238,44 +202,18 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
 
     // tail reads what is there, then follows what the holder publishes,
     // opening the directory again for each look.
-    let all = cli(&[
-        "--dir",
-        d,
-        "--format",
-        "json",
-        "tail",
-        "jobs",
-        "--from",
-        "0",
-        "--no-follow",
-    ])
+    let all = cli_in(
+        &["--dir", d],
+        "--format json tail jobs --from 0 --no-follow",
+    )
     .await
     .ok()
     .stdout;
     assert_eq!(all.lines().count(), 5, "{all}");
     let last: EntryId = holder.stream_info("jobs").await.unwrap().unwrap().last_id;
     let from = last.next().to_string();
-    let args: Vec<String> = [
-        "--dir",
-        d,
-        "--format",
-        "json",
-        "tail",
-        "jobs",
-        "--from",
-        &from,
-        "--count",
-        "2",
-        "--interval",
-        "20ms",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    let tail = tokio::spawn(async move {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        cli(&args).await
-    });
+    let words = format!("--format json tail jobs --from {from} --count 2 --interval 20ms");
+    let tail = cli_in_background(&["--dir", d], &words);
     tokio::time::sleep(Duration::from_millis(100)).await;
     holder
         .publish("jobs", Message::new("late-1"))
@@ -285,11 +223,7 @@ async fn a_held_file_log_is_read_read_only_and_refuses_changes() {
         .publish("jobs", Message::new("late-2"))
         .await
         .unwrap();
-    let tailed = tokio::time::timeout(Duration::from_secs(20), tail)
-        .await
-        .unwrap()
-        .unwrap()
-        .ok();
+    let tailed = tail.ok().await;
     let payloads: Vec<String> = tailed
         .stdout
         .lines()
@@ -327,37 +261,22 @@ async fn changes_on_a_file_log_nobody_holds() {
     cli(&["--dir", d, "redrive", "jobs", "g", "--all"])
         .await
         .fails(4, &["stdin is not a terminal", "--yes", "2 dead letters"]);
-    let dry = json_of(
+    let dry = json_in(
         &["--dir", d],
-        &[
-            "discard",
-            "jobs",
-            "g",
-            "--reason-contains",
-            "timeout",
-            "--dry-run",
-        ],
+        "discard jobs g --reason-contains timeout --dry-run",
     )
     .await;
     assert_eq!(
         dry,
         serde_json::json!({ "dry_run": true, "selected": [poison2.to_string()], "changed": 0 })
     );
-    let done = cli(&[
-        "--dir",
-        d,
-        "discard",
-        "jobs",
-        "g",
-        "--reason-contains",
-        "timeout",
-    ])
-    .await
-    .ok()
-    .stdout;
+    let done = cli_in(&["--dir", d], "discard jobs g --reason-contains timeout")
+        .await
+        .ok()
+        .stdout;
     assert_eq!(done, "discarded 1 of 1 selected dead letter(s)\n");
     let id = poison1.to_string();
-    let done = json_of(&["--dir", d], &["redrive", "jobs", "g", &id]).await;
+    let done = json_in(&["--dir", d], &format!("redrive jobs g {id}")).await;
     assert_eq!(
         done,
         serde_json::json!({ "dry_run": false, "selected": [id], "changed": 1 })
@@ -372,38 +291,17 @@ async fn changes_on_a_file_log_nobody_holds() {
 
     // Prune: c2 holds nothing and goes; c1 holds entries and stays.
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let dry = json_of(
-        &["--dir", d],
-        &[
-            "consumers",
-            "prune",
-            "jobs",
-            "g",
-            "--idle",
-            "1ms",
-            "--dry-run",
-        ],
-    )
-    .await;
+    let dry = json_in(&["--dir", d], "consumers prune jobs g --idle 1ms --dry-run").await;
     assert_eq!(dry["dry_run"], true);
     assert_eq!(dry["deleted"], serde_json::json!(["c2"]));
     assert_eq!(dry["kept_holding"][0]["name"], "c1");
     assert_eq!(dry["kept_holding"][0]["pending"], 2);
-    let json = json_of(&["--dir", d], &["describe", "jobs", "g"]).await;
+    let json = json_in(&["--dir", d], "describe jobs g").await;
     assert_eq!(json["group"]["consumers"], 2, "the dry run deleted nothing");
-    let table = cli(&[
-        "--dir",
-        d,
-        "consumers",
-        "prune",
-        "jobs",
-        "g",
-        "--idle",
-        "1ms",
-    ])
-    .await
-    .ok()
-    .stdout;
+    let table = cli_in(&["--dir", d], "consumers prune jobs g --idle 1ms")
+        .await
+        .ok()
+        .stdout;
     assert!(
         table.starts_with("deleted 1 consumer(s)") && table.contains("  c2\n"),
         "{table}"
@@ -413,35 +311,26 @@ async fn changes_on_a_file_log_nobody_holds() {
             && table.contains("  c1  pending 2"),
         "{table}"
     );
-    let json = json_of(&["--dir", d], &["describe", "jobs", "g"]).await;
+    let json = json_in(&["--dir", d], "describe jobs g").await;
     assert_eq!(json["group"]["consumers"], 1);
     assert_eq!(json["group"]["consumer_list"][0]["name"], "c1");
 
     // Publish (a payload, headers, a key; then a file), then tail.
-    let json = json_of(
-        &["--dir", d],
-        &["publish", "news", "hello", "-H", "a=b", "--key", "acct-1"],
-    )
-    .await;
+    let json = json_in(&["--dir", d], "publish news hello -H a=b --key acct-1").await;
     assert_eq!(json["stream"], "news");
     let first = json["ids"][0].as_str().unwrap().to_owned();
     let file = dir.0.join("lines.txt");
     std::fs::write(&file, "one\n\ntwo\n").unwrap();
-    let ids = cli(&[
-        "--dir",
-        d,
-        "publish",
-        "news",
-        "--file",
-        &file.display().to_string(),
-    ])
-    .await
-    .ok()
-    .stdout;
+    let ids = stdout_of(
+        &["--dir", d],
+        &["publish", "news", "--file", &file.display().to_string()],
+    )
+    .await;
     assert_eq!(ids.lines().count(), 2, "{ids}");
-    let tailed = cli(&[
-        "--dir", d, "--format", "json", "tail", "news", "--from", &first, "--count", "3",
-    ])
+    let tailed = cli_in(
+        &["--dir", d],
+        &format!("--format json tail news --from {first} --count 3"),
+    )
     .await
     .ok()
     .stdout;
@@ -463,10 +352,11 @@ async fn changes_on_a_file_log_nobody_holds() {
         ),
         (Some("one"), Some("two"))
     );
-    let table = cli(&["--dir", d, "tail", "news", "--from", &first, "--count", "1"])
-        .await
-        .ok()
-        .stdout;
+    let table = stdout_of(
+        &["--dir", d],
+        &["tail", "news", "--from", &first, "--count", "1"],
+    )
+    .await;
     assert_eq!(
         table,
         format!("{first}  [a=b ruststream-partition-key=acct-1]  hello\n")

@@ -12,39 +12,42 @@ mod support;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ruststream::{
-    AppInfo, Broker, EntryId, Message, ReadMode, ReadRequest, RedisBroker, Retry, RustStream,
-    StreamStart,
-};
+use ruststream::{AppInfo, Broker, EntryId, Message, RedisBroker, Retry, RustStream, StreamStart};
 use serde_json::json;
-use support::{GATE_REASON, Gate, Out, cli, until};
+use support::{
+    GATE_REASON, Gate, cli_in_background, cli_of, consumer_names, json_in, json_of, read_new,
+    stdout_of, until,
+};
 
-/// The server's URL, or `None` (the test is skipped) when
-/// `RUSTSTREAM_REDIS_URL` is not set.
-fn redis_url(test: &str) -> Option<String> {
-    match std::env::var("RUSTSTREAM_REDIS_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            eprintln!("{test}: skipped, RUSTSTREAM_REDIS_URL is not set");
-            None
-        }
-    }
-}
-
-/// A stream name no other test uses; its keys (the stream and
-/// ruststream's side keys `rs:{name}:*`) are deleted when dropped.
+/// Stream names no other test uses, on the server at
+/// `RUSTSTREAM_REDIS_URL`; their keys (the stream and ruststream's side
+/// keys `rs:{name}:*`) are deleted when dropped.
 struct Keys {
     url: String,
     streams: Vec<String>,
 }
 
 impl Keys {
-    fn new(url: &str, what: &[&str]) -> Self {
+    /// A name for each of `what`, or `None` (the test is skipped, saying
+    /// so) when `RUSTSTREAM_REDIS_URL` is not set.
+    fn new(test: &str, what: &[&str]) -> Option<Self> {
+        let url = match std::env::var("RUSTSTREAM_REDIS_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => {
+                eprintln!("{test}: skipped, RUSTSTREAM_REDIS_URL is not set");
+                return None;
+            }
+        };
         let token = ruststream_redis::unique_token();
-        Keys {
-            url: url.to_owned(),
+        Some(Keys {
+            url,
             streams: what.iter().map(|w| format!("cli-{token}-{w}")).collect(),
-        }
+        })
+    }
+
+    /// The options naming the server.
+    fn target(&self) -> [&str; 2] {
+        ["--redis", self.url.as_str()]
     }
 }
 
@@ -67,52 +70,34 @@ impl Drop for Keys {
     }
 }
 
-async fn run(url: &str, args: &[&str]) -> Out {
-    let mut all = vec!["--redis", url];
-    all.extend_from_slice(args);
-    cli(&all).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_prune_publish_and_tail_on_redis() {
-    let Some(url) = redis_url("reads_prune_publish_and_tail_on_redis") else {
+    let Some(keys) = Keys::new("reads_prune_publish_and_tail_on_redis", &["jobs"]) else {
         return;
     };
-    let keys = Keys::new(&url, &["jobs"]);
-    let s = keys.streams[0].as_str();
-    let b = RedisBroker::standalone(url.clone());
+    let (r, s) = (keys.target(), keys.streams[0].as_str());
+    let b = RedisBroker::standalone(keys.url.clone());
     b.ensure_group(s, "g", StreamStart::Beginning)
         .await
         .unwrap();
     for text in ["job-1", "poison-1", "poison-2"] {
         b.publish(s, Message::new(text)).await.unwrap();
     }
-    b.read(ReadRequest::new(s, "g", "c1", ReadMode::New, 1))
-        .await
-        .unwrap();
-    let batch = b
-        .read(ReadRequest::new(s, "g", "c2", ReadMode::New, 2))
-        .await
-        .unwrap();
+    read_new(&b, (s, "g", "c1"), 1).await;
+    let batch = read_new(&b, (s, "g", "c2"), 2).await;
     let (poison1, poison2) = (batch.deliveries[0].id(), batch.deliveries[1].id());
     b.dead_letter(s, "g", &[poison1], "bad payload")
         .await
         .unwrap();
     // poison-2 fails once (retried as a copy), and its copy is dead-lettered.
     b.retry(s, "g", &[poison2], Retry::Copy).await.unwrap();
-    let copy = b
-        .read(ReadRequest::new(s, "g", "c2", ReadMode::New, 1))
-        .await
-        .unwrap();
+    let copy = read_new(&b, (s, "g", "c2"), 1).await;
     let copy_id = copy.deliveries[0].id();
     b.dead_letter(s, "g", &[copy_id], "gave up after 2 deliveries")
         .await
         .unwrap();
 
-    let streams = run(&url, &["--format", "json", "streams"])
-        .await
-        .ok()
-        .json();
+    let streams = json_of(&r, &["streams"]).await;
     let ours = streams
         .as_array()
         .unwrap()
@@ -123,7 +108,7 @@ async fn reads_prune_publish_and_tail_on_redis() {
         (ours["length"].as_u64(), &ours["groups"]),
         (Some(4), &json!(["g"]))
     );
-    let table = run(&url, &["streams"]).await.ok().stdout;
+    let table = stdout_of(&r, &["streams"]).await;
     assert!(
         table
             .lines()
@@ -131,10 +116,7 @@ async fn reads_prune_publish_and_tail_on_redis() {
         "{table}"
     );
 
-    let described = run(&url, &["--format", "json", "describe", s, "g"])
-        .await
-        .ok()
-        .json();
+    let described = json_of(&r, &["describe", s, "g"]).await;
     let g = &described["group"];
     assert_eq!(
         (
@@ -144,23 +126,17 @@ async fn reads_prune_publish_and_tail_on_redis() {
         ),
         (Some(1), Some(2), Some(2))
     );
-    let table = run(&url, &["describe", s, "g"]).await.ok().stdout;
+    let table = stdout_of(&r, &["describe", s, "g"]).await;
     assert!(
         table.contains("pending         1") && table.contains("CONSUMER"),
         "{table}"
     );
 
-    let pending = run(&url, &["--format", "json", "pending", s, "g"])
-        .await
-        .ok()
-        .json();
+    let pending = json_of(&r, &["pending", s, "g"]).await;
     assert_eq!(pending[0]["consumer"], "c1");
     assert_eq!(pending[0]["times_delivered"], 1);
 
-    let letters = run(&url, &["--format", "json", "dead-letters", s, "g"])
-        .await
-        .ok()
-        .json();
+    let letters = json_of(&r, &["dead-letters", s, "g"]).await;
     let letters = letters.as_array().unwrap();
     assert_eq!(letters.len(), 2);
     assert_eq!(
@@ -180,7 +156,7 @@ async fn reads_prune_publish_and_tail_on_redis() {
         "the copy names its original"
     );
     assert_eq!(letters[1]["times_delivered"], 2);
-    let table = run(&url, &["dead-letters", s, "g"]).await.ok().stdout;
+    let table = stdout_of(&r, &["dead-letters", s, "g"]).await;
     let copy_line = table
         .lines()
         .find(|l| l.starts_with(&copy_id.to_string()))
@@ -189,128 +165,51 @@ async fn reads_prune_publish_and_tail_on_redis() {
         copy_line.contains(&poison2.to_string()) && copy_line.contains("poison-2"),
         "{table}"
     );
-    let shown = run(
-        &url,
-        &["dead-letters", "show", s, "g", &copy_id.to_string()],
-    )
-    .await
-    .ok()
-    .stdout;
+    let shown = stdout_of(&r, &["dead-letters", "show", s, "g", &copy_id.to_string()]).await;
     assert!(
         shown.contains(&format!("original id  {poison2}")),
         "{shown}"
     );
 
     // Errors name what is missing.
-    run(&url, &["describe", s, "nope"])
+    cli_of(&r, &["describe", s, "nope"])
         .await
         .fails(3, &["\"nope\""]);
-    run(&url, &["dead-letters", "show", s, "g", "1-1"])
+    cli_of(&r, &["dead-letters", "show", s, "g", "1-1"])
         .await
         .fails(3, &["no dead letter 1-1"]);
-    run(&url, &["discard", s, "g", "--all"])
+    cli_of(&r, &["discard", s, "g", "--all"])
         .await
         .fails(4, &["--yes"]);
 
     // Prune: c2 holds nothing, c1 holds job-1.
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let dry = run(
-        &url,
-        &[
-            "--format",
-            "json",
-            "consumers",
-            "prune",
-            s,
-            "g",
-            "--idle",
-            "5ms",
-            "--dry-run",
-        ],
-    )
-    .await
-    .ok()
-    .json();
+    let dry = json_in(&r, &format!("consumers prune {s} g --idle 5ms --dry-run")).await;
     assert_eq!(dry["deleted"], json!(["c2"]));
     assert_eq!(dry["kept_holding"][0]["name"], "c1");
     assert_eq!(b.consumers(s, "g").await.unwrap().len(), 2);
-    let done = run(
-        &url,
-        &[
-            "--format",
-            "json",
-            "consumers",
-            "prune",
-            s,
-            "g",
-            "--idle",
-            "5ms",
-        ],
-    )
-    .await
-    .ok()
-    .json();
+    let done = json_in(&r, &format!("consumers prune {s} g --idle 5ms")).await;
     assert_eq!(
         (done["dry_run"].as_bool(), &done["deleted"]),
         (Some(false), &json!(["c2"]))
     );
-    let left: Vec<String> = b
-        .consumers(s, "g")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|c| c.name)
-        .collect();
+    let left = consumer_names(&b, s, "g").await;
     assert_eq!(left, ["c1"]);
 
     // Discard both dead letters.
-    let done = run(
-        &url,
-        &["--format", "json", "discard", s, "g", "--all", "--yes"],
-    )
-    .await
-    .ok()
-    .json();
+    let done = json_in(&r, &format!("discard {s} g --all --yes")).await;
     assert_eq!(done["changed"], 2);
     assert_eq!(b.group_info(s, "g").await.unwrap().dead_letters, 0);
 
     // Publish, then tail --count (and following).
     let last: EntryId = b.stream_info(s).await.unwrap().unwrap().last_id;
     let from = last.next().to_string();
-    let follow = {
-        let url = url.clone();
-        let (s, from) = (s.to_owned(), from.clone());
-        tokio::spawn(async move {
-            run(
-                &url,
-                &[
-                    "--format",
-                    "json",
-                    "tail",
-                    &s,
-                    "--from",
-                    &from,
-                    "--count",
-                    "2",
-                    "--interval",
-                    "20ms",
-                ],
-            )
-            .await
-        })
-    };
-    let ids = run(&url, &["publish", s, "hello", "-H", "x=y", "--key", "acct"])
-        .await
-        .ok()
-        .stdout;
+    let words = format!("--format json tail {s} --from {from} --count 2 --interval 20ms");
+    let follow = cli_in_background(&r, &words);
+    let ids = stdout_of(&r, &["publish", s, "hello", "-H", "x=y", "--key", "acct"]).await;
     assert_eq!(ids.lines().count(), 1);
-    run(&url, &["publish", s, "world"]).await.ok();
-    let tailed = tokio::time::timeout(Duration::from_secs(20), follow)
-        .await
-        .unwrap()
-        .unwrap()
-        .ok()
-        .stdout;
+    cli_of(&r, &["publish", s, "world"]).await.ok();
+    let tailed = follow.ok().await.stdout;
     let entries: Vec<serde_json::Value> = tailed
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -327,54 +226,42 @@ async fn reads_prune_publish_and_tail_on_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redrive_round_trip_on_redis() {
-    let Some(url) = redis_url("a_redrive_round_trip_on_redis") else {
+    let Some(keys) = Keys::new("a_redrive_round_trip_on_redis", &["orders"]) else {
         return;
     };
-    let keys = Keys::new(&url, &["orders"]);
-    let s = keys.streams[0].clone();
+    let (r, s) = (keys.target(), keys.streams[0].clone());
     let (gate, state) = Gate::new(&s, "billing");
     let app = RustStream::new(AppInfo::new("cli-redis", "0"))
-        .with_broker(RedisBroker::standalone(url.clone()), |b| {
+        .with_broker(RedisBroker::standalone(keys.url.clone()), |b| {
             b.include(gate);
         })
         .start()
         .await
         .unwrap();
-    let id = run(&url, &["publish", &s, "poison-9"])
+    let id = stdout_of(&r, &["publish", &s, "poison-9"])
         .await
-        .ok()
-        .stdout
         .trim()
         .to_owned();
     until("the dead letter", || async {
-        let out = run(&url, &["--format", "json", "dead-letters", &s, "billing"]).await;
+        let out = cli_of(&r, &["--format", "json", "dead-letters", &s, "billing"]).await;
         out.code == 0 && out.json().as_array().is_some_and(|a| a.len() == 1)
     })
     .await;
-    let letters = run(&url, &["--format", "json", "dead-letters", &s, "billing"])
-        .await
-        .ok()
-        .json();
+    let letters = json_of(&r, &["dead-letters", &s, "billing"]).await;
     assert_eq!(
         (letters[0]["id"].as_str(), letters[0]["reason"].as_str()),
         (Some(id.as_str()), Some(GATE_REASON))
     );
     state.open.store(true, Ordering::SeqCst);
-    let done = run(&url, &["redrive", &s, "billing", &id])
-        .await
-        .ok()
-        .stdout;
+    let done = stdout_of(&r, &["redrive", &s, "billing", &id]).await;
     assert_eq!(done, "redriven 1 of 1 selected dead letter(s)\n");
     until("handled", || async { state.acked() == ["poison-9"] }).await;
     assert_eq!(
-        run(&url, &["--format", "json", "dead-letters", &s, "billing"])
-            .await
-            .ok()
-            .json(),
+        json_of(&r, &["dead-letters", &s, "billing"]).await,
         json!([])
     );
     until("nothing pending", || async {
-        run(&url, &["--format", "json", "describe", &s, "billing"])
+        cli_of(&r, &["--format", "json", "describe", &s, "billing"])
             .await
             .json()["group"]["pending"]
             == 0

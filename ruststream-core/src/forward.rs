@@ -1,5 +1,12 @@
-//! [`forward_broker!`](crate::forward_broker): `Broker` methods that pass
-//! the call on unchanged, for brokers that wrap another.
+//! [`forward_broker!`](crate::forward_broker),
+//! [`delegate_broker!`](crate::delegate_broker) and
+//! [`broker_methods!`](crate::broker_methods): `Broker` methods written
+//! from their names, that pass the call on unchanged (to a wrapped broker,
+//! or to functions by role) or wrap it the same way (a macro of the
+//! caller's writes each body).
+//!
+//! All three write each method from one table of the trait's signatures
+//! (`__broker_method!`), so a signature is spelled once here.
 
 /// Writes, inside an `impl Broker for T`, the named [`Broker`](crate::Broker)
 /// methods as calls to the same method of the field `inner` (any field name
@@ -36,211 +43,151 @@
 #[macro_export]
 macro_rules! forward_broker {
     ($field:ident : $($method:ident),+ $(,)?) => {
-        $( $crate::forward_broker!(@method $field $method); )+
+        $( $crate::__broker_method!(field $field $method); )+
     };
-    (@method $f:ident name) => {
-        fn name(&self) -> &'static str {
-            self.$f.name()
+}
+
+/// Writes, inside an `impl Broker for T`, the named [`Broker`](crate::Broker)
+/// methods as calls to the functions of the same name in the module given
+/// before the colon, each taking the broker first and returning a future
+/// of the method's answer; for a broker whose methods live in modules by
+/// role.
+///
+/// ```
+/// use ruststream_core::{Broker, BrokerResult, EntryId, delegate_broker, forward_broker};
+///
+/// /// A broker that settles through functions of its own, and passes
+/// /// everything else to `store`.
+/// struct Settling<B> {
+///     store: B,
+/// }
+///
+/// mod settle {
+///     use ruststream_core::{Broker, BrokerResult, EntryId};
+///
+///     /// Acknowledges in the store.
+///     pub async fn ack<B: Broker>(
+///         broker: &super::Settling<B>,
+///         stream: &str,
+///         group: &str,
+///         ids: &[EntryId],
+///     ) -> BrokerResult<u64> {
+///         broker.store.ack(stream, group, ids).await
+///     }
+/// }
+///
+/// impl<B: Broker> Broker for Settling<B> {
+///     delegate_broker!(settle: ack);
+///
+///     forward_broker!(store: name, check_mode, publish_batch, ensure_group,
+///         set_group_position, read, retry, dead_letter, extend_claim, redrive, discard,
+///         group_info, consumers, pending, dead_letters, range, stream_info, trim);
+/// }
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! delegate_broker {
+    ($module:ident : $($method:ident),+ $(,)?) => {
+        $( $crate::__broker_method!(module $module $method); )+
+    };
+}
+
+/// Writes, inside an `impl Broker for T`, the named [`Broker`](crate::Broker)
+/// methods with the trait's signatures, each body written by the macro
+/// named before the colon: it is called as `body!(self, [extra] method(param,
+/// ...))`, with the receiver, the tokens given in brackets after the
+/// method's name (none: `[]`), the method's name and its parameters'
+/// names, in the trait's order. For wrappers that treat many calls alike.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+///
+/// use ruststream_core::{Broker, broker_methods, forward_broker};
+///
+/// /// Counts the calls that settle entries, by kind, and passes
+/// /// everything on.
+/// struct Counted<B> {
+///     inner: B,
+///     settles: [AtomicUsize; 2],
+/// }
+///
+/// /// The body of a counted call: count it under `kind`, then pass it on.
+/// macro_rules! counted {
+///     ($this:ident, [$kind:expr] $method:ident($($param:ident),*)) => {{
+///         $this.settles[$kind].fetch_add(1, Ordering::Relaxed);
+///         $this.inner.$method($($param),*)
+///     }};
+/// }
+///
+/// impl<B: Broker> Broker for Counted<B> {
+///     broker_methods!(counted: ack[0], dead_letter[1]);
+///
+///     forward_broker!(inner: name, check_mode, publish_batch, ensure_group,
+///         set_group_position, read, retry, extend_claim, redrive, discard,
+///         group_info, consumers, pending, dead_letters, range, stream_info, trim);
+/// }
+/// ```
+#[macro_export]
+macro_rules! broker_methods {
+    ($body:ident : $($method:ident $([$($extra:tt)*])?),+ $(,)?) => {
+        $( $crate::__broker_method!(with [$body [$($($extra)*)?]] $method); )+
+    };
+}
+
+/// The table of the [`Broker`](crate::Broker) methods' parameters and
+/// answers, one line a method, for [`forward_broker!`](crate::forward_broker)
+/// [`delegate_broker!`](crate::delegate_broker) and
+/// [`broker_methods!`](crate::broker_methods): `$how` is `field`, `module`
+/// or `with`, `$to` the field, the module, or the body macro with its
+/// extra tokens.
+#[doc(hidden)]
+#[macro_export]
+#[rustfmt::skip]
+macro_rules! __broker_method {
+    (field $f:ident name) => { fn name(&self) -> &'static str { self.$f.name() } };
+    (field $f:ident failure) => { fn failure(&self) -> Option<String> { self.$f.failure() } };
+    ($how:tt $to:tt check_mode) => { $crate::__broker_fn!($how $to check_mode(mode: $crate::ReadMode) -> ()); };
+    ($how:tt $to:tt publish) => { $crate::__broker_fn!($how $to publish(stream: &'a str, message: $crate::Message) -> $crate::EntryId); };
+    ($how:tt $to:tt publish_batch) => { $crate::__broker_fn!($how $to publish_batch(stream: &'a str, messages: Vec<$crate::Message>) -> Vec<$crate::EntryId>); };
+    ($how:tt $to:tt ensure_group) => { $crate::__broker_fn!($how $to ensure_group(stream: &'a str, group: &'a str, start: $crate::StreamStart) -> bool); };
+    ($how:tt $to:tt set_group_position) => { $crate::__broker_fn!($how $to set_group_position(stream: &'a str, group: &'a str, start: $crate::StreamStart) -> ()); };
+    ($how:tt $to:tt read) => { $crate::__broker_fn!($how $to read(request: $crate::ReadRequest<'a>) -> $crate::ReadBatch); };
+    ($how:tt $to:tt ack) => { $crate::__broker_fn!($how $to ack(stream: &'a str, group: &'a str, ids: &'a [$crate::EntryId]) -> u64); };
+    ($how:tt $to:tt retry) => { $crate::__broker_fn!($how $to retry(stream: &'a str, group: &'a str, ids: &'a [$crate::EntryId], how: $crate::Retry) -> u64); };
+    ($how:tt $to:tt dead_letter) => { $crate::__broker_fn!($how $to dead_letter(stream: &'a str, group: &'a str, ids: &'a [$crate::EntryId], reason: &'a str) -> u64); };
+    ($how:tt $to:tt extend_claim) => { $crate::__broker_fn!($how $to extend_claim(stream: &'a str, group: &'a str, consumer: &'a str, ids: &'a [$crate::EntryId]) -> u64); };
+    ($how:tt $to:tt streams) => { $crate::__broker_fn!($how $to streams() -> Vec<String>); };
+    ($how:tt $to:tt delete_consumer) => { $crate::__broker_fn!($how $to delete_consumer(stream: &'a str, group: &'a str, consumer: &'a str, min_idle: ::std::time::Duration) -> bool); };
+    ($how:tt $to:tt redrive) => { $crate::__broker_fn!($how $to redrive(stream: &'a str, group: &'a str, ids: &'a [$crate::EntryId]) -> u64); };
+    ($how:tt $to:tt discard) => { $crate::__broker_fn!($how $to discard(stream: &'a str, group: &'a str, ids: &'a [$crate::EntryId]) -> u64); };
+    ($how:tt $to:tt group_info) => { $crate::__broker_fn!($how $to group_info(stream: &'a str, group: &'a str) -> $crate::GroupInfo); };
+    ($how:tt $to:tt consumers) => { $crate::__broker_fn!($how $to consumers(stream: &'a str, group: &'a str) -> Vec<$crate::ConsumerInfo>); };
+    ($how:tt $to:tt pending) => { $crate::__broker_fn!($how $to pending(stream: &'a str, group: &'a str, from: $crate::EntryId, count: usize, consumer: Option<&'a str>) -> Vec<$crate::PendingEntry>); };
+    ($how:tt $to:tt dead_letters) => { $crate::__broker_fn!($how $to dead_letters(stream: &'a str, group: &'a str, from: $crate::EntryId, count: usize) -> Vec<$crate::DeadLetter>); };
+    ($how:tt $to:tt range) => { $crate::__broker_fn!($how $to range(stream: &'a str, from: $crate::EntryId, to: $crate::EntryId, count: usize) -> Vec<$crate::Entry>); };
+    ($how:tt $to:tt stream_info) => { $crate::__broker_fn!($how $to stream_info(stream: &'a str) -> Option<$crate::StreamInfo>); };
+    ($how:tt $to:tt trim) => { $crate::__broker_fn!($how $to trim(stream: &'a str, trim: $crate::Trim) -> u64); };
+}
+
+/// Writes one method from its line of `__broker_method!`: a call to the
+/// same method of a field, to the function of the same name in a module
+/// (boxed), or the body a macro of the caller's writes.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __broker_fn {
+    (field $f:ident $name:ident($($p:ident: $t:ty),*) -> $answer:ty) => {
+        fn $name<'a>(&'a self, $($p: $t),*) -> $crate::BrokerFuture<'a, $answer> {
+            self.$f.$name($($p),*)
         }
     };
-    (@method $f:ident failure) => {
-        fn failure(&self) -> Option<String> {
-            self.$f.failure()
+    (module $m:ident $name:ident($($p:ident: $t:ty),*) -> $answer:ty) => {
+        fn $name<'a>(&'a self, $($p: $t),*) -> $crate::BrokerFuture<'a, $answer> {
+            Box::pin($m::$name(self, $($p),*))
         }
     };
-    (@method $f:ident check_mode) => {
-        fn check_mode(&self, mode: $crate::ReadMode) -> $crate::BrokerFuture<'_, ()> {
-            self.$f.check_mode(mode)
-        }
-    };
-    (@method $f:ident publish) => {
-        fn publish<'a>(
-            &'a self,
-            stream: &'a str,
-            message: $crate::Message,
-        ) -> $crate::BrokerFuture<'a, $crate::EntryId> {
-            self.$f.publish(stream, message)
-        }
-    };
-    (@method $f:ident publish_batch) => {
-        fn publish_batch<'a>(
-            &'a self,
-            stream: &'a str,
-            messages: Vec<$crate::Message>,
-        ) -> $crate::BrokerFuture<'a, Vec<$crate::EntryId>> {
-            self.$f.publish_batch(stream, messages)
-        }
-    };
-    (@method $f:ident ensure_group) => {
-        fn ensure_group<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-            start: $crate::StreamStart,
-        ) -> $crate::BrokerFuture<'a, bool> {
-            self.$f.ensure_group(stream, group, start)
-        }
-    };
-    (@method $f:ident set_group_position) => {
-        fn set_group_position<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-            start: $crate::StreamStart,
-        ) -> $crate::BrokerFuture<'a, ()> {
-            self.$f.set_group_position(stream, group, start)
-        }
-    };
-    (@method $f:ident read) => {
-        fn read<'a>(
-            &'a self,
-            request: $crate::ReadRequest<'a>,
-        ) -> $crate::BrokerFuture<'a, $crate::ReadBatch> {
-            self.$f.read(request)
-        }
-    };
-    (@method $f:ident ack) => {
-        fn ack<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-            ids: &'a [$crate::EntryId],
-        ) -> $crate::BrokerFuture<'a, u64> {
-            self.$f.ack(stream, group, ids)
-        }
-    };
-    (@method $f:ident retry) => {
-        fn retry<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-            ids: &'a [$crate::EntryId],
-            how: $crate::Retry,
-        ) -> $crate::BrokerFuture<'a, u64> {
-            self.$f.retry(stream, group, ids, how)
-        }
-    };
-    (@method $f:ident dead_letter) => {
-        fn dead_letter<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-            ids: &'a [$crate::EntryId],
-            reason: &'a str,
-        ) -> $crate::BrokerFuture<'a, u64> {
-            self.$f.dead_letter(stream, group, ids, reason)
-        }
-    };
-    (@method $f:ident extend_claim) => {
-        fn extend_claim<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-            consumer: &'a str,
-            ids: &'a [$crate::EntryId],
-        ) -> $crate::BrokerFuture<'a, u64> {
-            self.$f.extend_claim(stream, group, consumer, ids)
-        }
-    };
-    (@method $f:ident streams) => {
-        fn streams(&self) -> $crate::BrokerFuture<'_, ::std::vec::Vec<::std::string::String>> {
-            self.$f.streams()
-        }
-    };
-    (@method $f:ident delete_consumer) => {
-        fn delete_consumer<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-            consumer: &'a str,
-            min_idle: ::std::time::Duration,
-        ) -> $crate::BrokerFuture<'a, bool> {
-            self.$f.delete_consumer(stream, group, consumer, min_idle)
-        }
-    };
-    (@method $f:ident redrive) => {
-        fn redrive<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-            ids: &'a [$crate::EntryId],
-        ) -> $crate::BrokerFuture<'a, u64> {
-            self.$f.redrive(stream, group, ids)
-        }
-    };
-    (@method $f:ident discard) => {
-        fn discard<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-            ids: &'a [$crate::EntryId],
-        ) -> $crate::BrokerFuture<'a, u64> {
-            self.$f.discard(stream, group, ids)
-        }
-    };
-    (@method $f:ident group_info) => {
-        fn group_info<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-        ) -> $crate::BrokerFuture<'a, $crate::GroupInfo> {
-            self.$f.group_info(stream, group)
-        }
-    };
-    (@method $f:ident consumers) => {
-        fn consumers<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-        ) -> $crate::BrokerFuture<'a, Vec<$crate::ConsumerInfo>> {
-            self.$f.consumers(stream, group)
-        }
-    };
-    (@method $f:ident pending) => {
-        fn pending<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-            from: $crate::EntryId,
-            count: usize,
-            consumer: Option<&'a str>,
-        ) -> $crate::BrokerFuture<'a, Vec<$crate::PendingEntry>> {
-            self.$f.pending(stream, group, from, count, consumer)
-        }
-    };
-    (@method $f:ident dead_letters) => {
-        fn dead_letters<'a>(
-            &'a self,
-            stream: &'a str,
-            group: &'a str,
-            from: $crate::EntryId,
-            count: usize,
-        ) -> $crate::BrokerFuture<'a, Vec<$crate::DeadLetter>> {
-            self.$f.dead_letters(stream, group, from, count)
-        }
-    };
-    (@method $f:ident range) => {
-        fn range<'a>(
-            &'a self,
-            stream: &'a str,
-            from: $crate::EntryId,
-            to: $crate::EntryId,
-            count: usize,
-        ) -> $crate::BrokerFuture<'a, Vec<$crate::Entry>> {
-            self.$f.range(stream, from, to, count)
-        }
-    };
-    (@method $f:ident stream_info) => {
-        fn stream_info<'a>(
-            &'a self,
-            stream: &'a str,
-        ) -> $crate::BrokerFuture<'a, Option<$crate::StreamInfo>> {
-            self.$f.stream_info(stream)
-        }
-    };
-    (@method $f:ident trim) => {
-        fn trim<'a>(&'a self, stream: &'a str, trim: $crate::Trim) -> $crate::BrokerFuture<'a, u64> {
-            self.$f.trim(stream, trim)
+    (with [$body:ident $extra:tt] $name:ident($($p:ident: $t:ty),*) -> $answer:ty) => {
+        fn $name<'a>(&'a self, $($p: $t),*) -> $crate::BrokerFuture<'a, $answer> {
+            $body!(self, $extra $name($($p),*))
         }
     };
 }

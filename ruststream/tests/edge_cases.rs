@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use ruststream::prelude::*;
 use ruststream::{
-    Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadRequest, forward_broker,
+    Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadRequest, broker_methods,
+    forward_broker,
 };
 use support::{
     Job, advance, group_info, publish_jobs, refused, settle, start_fresh_named, start_one_named,
@@ -52,6 +53,19 @@ impl Faulty {
     }
 }
 
+/// The body of a settle of [`Faulty`]: the settle fault when settles
+/// fail, else the same call to the inner broker.
+macro_rules! faulty_settle {
+    ($this:ident, [] $method:ident($($param:ident),*)) => {
+        Box::pin(async move {
+            if let Some(error) = $this.settle_fault().await {
+                return Err(error);
+            }
+            $this.inner.$method($($param),*).await
+        })
+    };
+}
+
 impl Broker for Faulty {
     fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
         Box::pin(async move {
@@ -75,35 +89,7 @@ impl Broker for Faulty {
         })
     }
 
-    fn retry<'a>(
-        &'a self,
-        s: &'a str,
-        g: &'a str,
-        ids: &'a [EntryId],
-        how: ruststream::Retry,
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(async move {
-            if let Some(error) = self.settle_fault().await {
-                return Err(error);
-            }
-            self.inner.retry(s, g, ids, how).await
-        })
-    }
-
-    fn dead_letter<'a>(
-        &'a self,
-        s: &'a str,
-        g: &'a str,
-        ids: &'a [EntryId],
-        reason: &'a str,
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(async move {
-            if let Some(error) = self.settle_fault().await {
-                return Err(error);
-            }
-            self.inner.dead_letter(s, g, ids, reason).await
-        })
-    }
+    broker_methods!(faulty_settle: retry, dead_letter);
 
     forward_broker!(
         inner: name, check_mode, publish, publish_batch, ensure_group, set_group_position,

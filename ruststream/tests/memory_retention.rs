@@ -6,6 +6,8 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ruststream::prelude::*;
@@ -28,13 +30,7 @@ async fn a_million_entries_through_a_service_keep_the_stream_within_the_bound() 
         max_len: Some(BOUND),
         max_age: None,
     });
-    let app = RustStream::new(AppInfo::new("steady", "0"))
-        .with_broker(broker.clone(), |b| {
-            b.include(count);
-        })
-        .start()
-        .await
-        .unwrap();
+    let app = support::start_one_named("steady", broker.clone(), count).await;
     let mut most = 0;
     let mut sent = 0;
     while sent < TOTAL {

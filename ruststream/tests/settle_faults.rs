@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use ruststream::prelude::*;
 use ruststream::{
-    Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadRequest, StreamStart, forward_broker,
+    Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadRequest, StreamStart,
+    broker_methods, forward_broker,
 };
 use support::{
     Job, advance, publish_jobs, start_fresh_named, start_named, start_one_named, stream_len,
@@ -54,6 +55,21 @@ impl Flaky {
     }
 }
 
+/// The body of a settle of [`Flaky`]: refused while settles fail, else
+/// the same call to the inner broker, its ids counted as confirmed.
+macro_rules! confirmed_settle {
+    ($this:ident, [] $method:ident($stream:ident, $group:ident, $ids:ident $(, $param:ident)*)) => {
+        Box::pin(async move {
+            if let Some(error) = $this.refuse() {
+                return Err(error);
+            }
+            let n = $this.inner.$method($stream, $group, $ids $(, $param)*).await?;
+            $this.confirm($ids.len());
+            Ok(n)
+        })
+    };
+}
+
 impl Broker for Flaky {
     fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
         Box::pin(async move {
@@ -74,33 +90,7 @@ impl Broker for Flaky {
         })
     }
 
-    fn ack<'a>(&'a self, s: &'a str, g: &'a str, ids: &'a [EntryId]) -> BrokerFuture<'a, u64> {
-        Box::pin(async move {
-            if let Some(error) = self.refuse() {
-                return Err(error);
-            }
-            let n = self.inner.ack(s, g, ids).await?;
-            self.confirm(ids.len());
-            Ok(n)
-        })
-    }
-
-    fn retry<'a>(
-        &'a self,
-        s: &'a str,
-        g: &'a str,
-        ids: &'a [EntryId],
-        how: ruststream::Retry,
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(async move {
-            if let Some(error) = self.refuse() {
-                return Err(error);
-            }
-            let n = self.inner.retry(s, g, ids, how).await?;
-            self.confirm(ids.len());
-            Ok(n)
-        })
-    }
+    broker_methods!(confirmed_settle: ack, retry);
 
     fn failure(&self) -> Option<String> {
         self.stopped.lock().unwrap().clone()

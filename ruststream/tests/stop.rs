@@ -5,6 +5,8 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -50,13 +52,7 @@ async fn abandoned(_job: &Job) {}
 #[tokio::test(start_paused = true)]
 async fn entries_of_a_read_abandoned_at_shutdown_are_handed_back() {
     let broker = Stalling::default();
-    let app = RustStream::new(AppInfo::new("test", "0"))
-        .with_broker(broker.clone(), |b| {
-            b.include(abandoned);
-        })
-        .start()
-        .await
-        .unwrap();
+    let app = support::start_one_named("test", broker.clone(), abandoned).await;
     broker.stall.store(true, Ordering::SeqCst);
     let publisher = Publisher::new(Arc::new(broker.inner.clone()));
     for n in 0..3 {

@@ -67,9 +67,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use ruststream_core::{
-    Broker, BrokerError, BrokerFuture, BrokerResult, ConsumerInfo, DeadLetter, Entry, EntryId,
-    GroupInfo, Message, PendingEntry, ReadBatch, ReadMode, ReadRequest, Retry, StreamInfo,
-    StreamStart, Trim,
+    Broker, BrokerError, BrokerFuture, BrokerResult, EntryId, GroupInfo, ReadBatch, ReadRequest,
+    Retry, StreamInfo, StreamStart, broker_methods,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -173,6 +172,14 @@ impl CallKind {
         CallKind::Range,
         CallKind::StreamInfo,
     ];
+
+    /// The kind of a retry `how`.
+    pub fn of_retry(how: Retry) -> CallKind {
+        match how {
+            Retry::Copy => CallKind::RetryCopy,
+            Retry::After(_) => CallKind::RetryAfter,
+        }
+    }
 
     /// Whether calls of this kind name a consumer group (and so go through
     /// the lost-group mapping).
@@ -951,6 +958,50 @@ impl FaultyBroker {
     }
 }
 
+/// The body of a [`Broker`] method that names no group and changes or
+/// reads nothing the wrapper tracks: [`FaultyBroker::plain`] over the same
+/// call to the inner broker, as a call of kind `CallKind::$kind`.
+macro_rules! plain_call {
+    ($this:ident, [$kind:ident] $method:ident($($param:ident),*)) => {
+        Box::pin(async move {
+            let call = async |_: &str| $this.inner.$method($($param),*).await;
+            $this.plain(CallKind::$kind, None, call).await
+        })
+    };
+}
+
+/// The body of a [`Broker`] method on a group (its first two parameters
+/// the stream and the group) that changes or reads nothing the wrapper
+/// tracks: [`FaultyBroker::plain`] over the same call to the inner
+/// broker, on the group's inner name.
+macro_rules! plain_group_call {
+    ($this:ident, [$kind:ident] $method:ident($stream:ident, $group:ident $(, $param:ident)*)) => {
+        Box::pin(async move {
+            let call = async |g: &str| $this.inner.$method($stream, g $(, $param)*).await;
+            $this.plain(CallKind::$kind, Some(($stream, $group)), call).await
+        })
+    };
+}
+
+/// The body of a [`Broker`] method that settles entries (its parameters
+/// the stream, the group, the ids, then any others):
+/// [`FaultyBroker::settle`] over the same call to the inner broker, on the
+/// group's inner name; `retry`'s kind is the one of its [`Retry`].
+macro_rules! settle_call {
+    ($this:ident, [] retry($stream:ident, $group:ident, $ids:ident, $how:ident)) => {
+        settle_call!(@kind CallKind::of_retry($how), $this, retry($stream, $group, $ids, $how))
+    };
+    ($this:ident, [$kind:ident] $method:ident($($param:ident),*)) => {
+        settle_call!(@kind CallKind::$kind, $this, $method($($param),*))
+    };
+    (@kind $kind:expr, $this:ident, $method:ident($stream:ident, $group:ident, $ids:ident $(, $param:ident)*)) => {
+        Box::pin(async move {
+            let call = async |g: &str| $this.inner.$method($stream, g, $ids $(, $param)*).await;
+            $this.settle($kind, $stream, $group, $ids, call).await
+        })
+    };
+}
+
 impl Broker for FaultyBroker {
     fn name(&self) -> &'static str {
         NAME
@@ -958,37 +1009,6 @@ impl Broker for FaultyBroker {
 
     fn failure(&self) -> Option<String> {
         self.inner.failure()
-    }
-
-    fn check_mode(&self, mode: ReadMode) -> BrokerFuture<'_, ()> {
-        Box::pin(async move {
-            self.plain(CallKind::CheckMode, None, async |_| {
-                self.inner.check_mode(mode).await
-            })
-            .await
-        })
-    }
-
-    fn publish<'a>(&'a self, stream: &'a str, message: Message) -> BrokerFuture<'a, EntryId> {
-        Box::pin(async move {
-            self.plain(CallKind::Publish, None, async |_| {
-                self.inner.publish(stream, message).await
-            })
-            .await
-        })
-    }
-
-    fn publish_batch<'a>(
-        &'a self,
-        stream: &'a str,
-        messages: Vec<Message>,
-    ) -> BrokerFuture<'a, Vec<EntryId>> {
-        Box::pin(async move {
-            self.plain(CallKind::Publish, None, async |_| {
-                self.inner.publish_batch(stream, messages).await
-            })
-            .await
-        })
     }
 
     fn ensure_group<'a>(
@@ -1010,22 +1030,6 @@ impl Broker for FaultyBroker {
                 }
                 Vec::new()
             })
-        })
-    }
-
-    fn set_group_position<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        start: StreamStart,
-    ) -> BrokerFuture<'a, ()> {
-        Box::pin(async move {
-            self.plain(
-                CallKind::SetGroupPosition,
-                Some((stream, group)),
-                async |g| self.inner.set_group_position(stream, g, start).await,
-            )
-            .await
         })
     }
 
@@ -1068,54 +1072,6 @@ impl Broker for FaultyBroker {
         })
     }
 
-    fn ack<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(async move {
-            self.settle(CallKind::Ack, stream, group, ids, async |g| {
-                self.inner.ack(stream, g, ids).await
-            })
-            .await
-        })
-    }
-
-    fn retry<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-        how: Retry,
-    ) -> BrokerFuture<'a, u64> {
-        let kind = match how {
-            Retry::Copy => CallKind::RetryCopy,
-            Retry::After(_) => CallKind::RetryAfter,
-        };
-        Box::pin(async move {
-            self.settle(kind, stream, group, ids, async |g| {
-                self.inner.retry(stream, g, ids, how).await
-            })
-            .await
-        })
-    }
-
-    fn dead_letter<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-        reason: &'a str,
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(async move {
-            self.settle(CallKind::DeadLetter, stream, group, ids, async |g| {
-                self.inner.dead_letter(stream, g, ids, reason).await
-            })
-            .await
-        })
-    }
-
     fn extend_claim<'a>(
         &'a self,
         stream: &'a str,
@@ -1137,34 +1093,6 @@ impl Broker for FaultyBroker {
         })
     }
 
-    fn redrive<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(async move {
-            self.plain(CallKind::Redrive, Some((stream, group)), async |g| {
-                self.inner.redrive(stream, g, ids).await
-            })
-            .await
-        })
-    }
-
-    fn discard<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(async move {
-            self.plain(CallKind::Discard, Some((stream, group)), async |g| {
-                self.inner.discard(stream, g, ids).await
-            })
-            .await
-        })
-    }
-
     fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo> {
         Box::pin(async move {
             let mut info = self
@@ -1174,91 +1102,6 @@ impl Broker for FaultyBroker {
                 .await?;
             info.name = group.to_owned();
             Ok(info)
-        })
-    }
-
-    fn streams(&self) -> BrokerFuture<'_, Vec<String>> {
-        Box::pin(async move {
-            self.plain(CallKind::Streams, None, async |_| {
-                self.inner.streams().await
-            })
-            .await
-        })
-    }
-
-    fn delete_consumer<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        consumer: &'a str,
-        min_idle: Duration,
-    ) -> BrokerFuture<'a, bool> {
-        Box::pin(async move {
-            self.plain(CallKind::DeleteConsumer, Some((stream, group)), async |g| {
-                self.inner
-                    .delete_consumer(stream, g, consumer, min_idle)
-                    .await
-            })
-            .await
-        })
-    }
-
-    fn consumers<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-    ) -> BrokerFuture<'a, Vec<ConsumerInfo>> {
-        Box::pin(async move {
-            self.plain(CallKind::Consumers, Some((stream, group)), async |g| {
-                self.inner.consumers(stream, g).await
-            })
-            .await
-        })
-    }
-
-    fn pending<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        from: EntryId,
-        count: usize,
-        consumer: Option<&'a str>,
-    ) -> BrokerFuture<'a, Vec<PendingEntry>> {
-        Box::pin(async move {
-            self.plain(CallKind::Pending, Some((stream, group)), async |g| {
-                self.inner.pending(stream, g, from, count, consumer).await
-            })
-            .await
-        })
-    }
-
-    fn dead_letters<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        from: EntryId,
-        count: usize,
-    ) -> BrokerFuture<'a, Vec<DeadLetter>> {
-        Box::pin(async move {
-            self.plain(CallKind::DeadLetters, Some((stream, group)), async |g| {
-                self.inner.dead_letters(stream, g, from, count).await
-            })
-            .await
-        })
-    }
-
-    fn range<'a>(
-        &'a self,
-        stream: &'a str,
-        from: EntryId,
-        to: EntryId,
-        count: usize,
-    ) -> BrokerFuture<'a, Vec<Entry>> {
-        Box::pin(async move {
-            self.plain(CallKind::Range, None, async |_| {
-                self.inner.range(stream, from, to, count).await
-            })
-            .await
         })
     }
 
@@ -1285,20 +1128,20 @@ impl Broker for FaultyBroker {
         })
     }
 
-    fn trim<'a>(&'a self, stream: &'a str, trim: Trim) -> BrokerFuture<'a, u64> {
-        Box::pin(async move {
-            self.plain(CallKind::Trim, None, async |_| {
-                self.inner.trim(stream, trim).await
-            })
-            .await
-        })
-    }
+    broker_methods!(plain_call: check_mode[CheckMode], publish[Publish], publish_batch[Publish]);
+    broker_methods!(plain_call: range[Range], trim[Trim], streams[Streams]);
+    broker_methods!(plain_group_call: set_group_position[SetGroupPosition], redrive[Redrive]);
+    broker_methods!(plain_group_call: discard[Discard], delete_consumer[DeleteConsumer]);
+    broker_methods!(plain_group_call: consumers[Consumers], pending[Pending]);
+    broker_methods!(plain_group_call: dead_letters[DeadLetters]);
+    broker_methods!(settle_call: ack[Ack], retry, dead_letter[DeadLetter]);
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use ruststream_core::{Message, ReadMode};
     use ruststream_memory::MemoryBroker;
 
     use super::*;

@@ -1,7 +1,8 @@
 //! [`RedisBroker`]: the [`Broker`] trait over a Redis server.
 //!
-//! The trait's methods are one line each: every call is a function of the
-//! module for its role, which holds the commands it sends.
+//! The trait's methods are calls to the functions of the same name in the
+//! module for their role ([`delegate_broker!`]), which hold the commands
+//! they send.
 //!
 //! - [`topology`]: one server or a cluster, and the connection type both
 //!   share;
@@ -30,13 +31,8 @@ mod write;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
-use ruststream_core::{
-    Broker, BrokerFuture, BrokerResult, ConsumerInfo, DeadLetter, Entry, EntryId, GroupInfo,
-    Message, NameKind, PendingEntry, ReadBatch, ReadMode, ReadRequest, Retry, StreamInfo,
-    StreamStart, Trim, check_name,
-};
+use ruststream_core::{Broker, BrokerResult, NameKind, check_name, delegate_broker};
 
 use self::connection::{BROKER, Connections};
 use crate::scripts::Scripts;
@@ -226,163 +222,13 @@ impl Broker for RedisBroker {
         BROKER
     }
 
-    fn check_mode(&self, mode: ReadMode) -> BrokerFuture<'_, ()> {
-        Box::pin(capability::check_mode(self, mode))
-    }
-
-    fn publish_batch<'a>(
-        &'a self,
-        stream: &'a str,
-        messages: Vec<Message>,
-    ) -> BrokerFuture<'a, Vec<EntryId>> {
-        Box::pin(write::publish(self, stream, messages))
-    }
-
-    fn ensure_group<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        start: StreamStart,
-    ) -> BrokerFuture<'a, bool> {
-        Box::pin(write::ensure_group(self, stream, group, start))
-    }
-
-    fn set_group_position<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        start: StreamStart,
-    ) -> BrokerFuture<'a, ()> {
-        Box::pin(write::set_group_position(self, stream, group, start))
-    }
-
-    fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
-        Box::pin(read::read(self, request))
-    }
-
-    fn ack<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(settle::ack(self, stream, group, ids))
-    }
-
-    fn retry<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-        how: Retry,
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(settle::retry(self, stream, group, ids, how))
-    }
-
-    fn dead_letter<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-        reason: &'a str,
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(settle::dead_letter(self, stream, group, ids, reason, None))
-    }
-
-    fn extend_claim<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        consumer: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(settle::extend_claim(self, stream, group, consumer, ids))
-    }
-
-    fn redrive<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(settle::redrive(self, stream, group, ids))
-    }
-
-    fn discard<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        Box::pin(settle::discard(self, stream, group, ids))
-    }
-
-    fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo> {
-        Box::pin(inspect::group_info(self, stream, group))
-    }
-
-    fn delete_consumer<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        consumer: &'a str,
-        min_idle: Duration,
-    ) -> BrokerFuture<'a, bool> {
-        Box::pin(consumers::delete_consumer(
-            self, stream, group, consumer, min_idle,
-        ))
-    }
-
-    fn streams(&self) -> BrokerFuture<'_, Vec<String>> {
-        Box::pin(inspect::streams(self))
-    }
-
-    fn consumers<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-    ) -> BrokerFuture<'a, Vec<ConsumerInfo>> {
-        Box::pin(inspect::consumers(self, stream, group))
-    }
-
-    fn pending<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        from: EntryId,
-        count: usize,
-        consumer: Option<&'a str>,
-    ) -> BrokerFuture<'a, Vec<PendingEntry>> {
-        Box::pin(inspect::pending(self, stream, group, from, count, consumer))
-    }
-
-    fn dead_letters<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        from: EntryId,
-        count: usize,
-    ) -> BrokerFuture<'a, Vec<DeadLetter>> {
-        Box::pin(inspect::dead_letters(self, stream, group, from, count))
-    }
-
-    fn range<'a>(
-        &'a self,
-        stream: &'a str,
-        from: EntryId,
-        to: EntryId,
-        count: usize,
-    ) -> BrokerFuture<'a, Vec<Entry>> {
-        Box::pin(inspect::range(self, stream, from, to, count))
-    }
-
-    fn stream_info<'a>(&'a self, stream: &'a str) -> BrokerFuture<'a, Option<StreamInfo>> {
-        Box::pin(inspect::stream_info(self, stream))
-    }
-
-    fn trim<'a>(&'a self, stream: &'a str, trim: Trim) -> BrokerFuture<'a, u64> {
-        Box::pin(inspect::trim(self, stream, trim))
-    }
+    delegate_broker!(capability: check_mode);
+    delegate_broker!(write: publish_batch, ensure_group, set_group_position);
+    delegate_broker!(read: read);
+    delegate_broker!(settle: ack, retry, dead_letter, extend_claim, redrive, discard);
+    delegate_broker!(consumers: delete_consumer);
+    delegate_broker!(inspect: group_info, streams, consumers, pending, dead_letters, range);
+    delegate_broker!(inspect: stream_info, trim);
 }
 
 #[cfg(test)]

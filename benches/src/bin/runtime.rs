@@ -80,7 +80,7 @@ use std::time::{Duration, Instant};
 
 use ruststream::prelude::*;
 use ruststream::{
-    Broker, BrokerFuture, Message, ReadBatch, ReadMode, ReadRequest, Subscriber, forward_broker,
+    Broker, Message, ReadMode, ReadRequest, Subscriber, broker_methods, forward_broker,
 };
 use ruststream_benches::{Payment, Probe, counting, median, payload, thousands};
 use tokio::runtime::Runtime;
@@ -221,21 +221,17 @@ struct Counted {
     calls: Arc<Calls>,
 }
 
-impl Broker for Counted {
-    fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
-        self.calls.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.read(request)
-    }
+/// The body of a counted call of [`Counted`]: counted under `calls.$count`,
+/// then passed on with the inner future.
+macro_rules! counted {
+    ($this:ident, [$count:ident] $method:ident($($param:ident),*)) => {{
+        $this.calls.$count.fetch_add(1, Ordering::Relaxed);
+        $this.inner.$method($($param),*)
+    }};
+}
 
-    fn ack<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        self.calls.acks.fetch_add(1, Ordering::Relaxed);
-        self.inner.ack(stream, group, ids)
-    }
+impl Broker for Counted {
+    broker_methods!(counted: read[reads], ack[acks]);
 
     // Everything else passes through unchanged.
     forward_broker!(

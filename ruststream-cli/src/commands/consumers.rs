@@ -3,7 +3,7 @@
 use crate::cli::Prune;
 use crate::error::CliResult;
 use crate::output::{self, Format, age};
-use crate::target::{Access, Target};
+use crate::target::{Access, Pruning, Target};
 
 /// Deletes idle consumers that hold nothing; reports those kept.
 pub(super) async fn prune(target: &Target, format: Format, args: Prune) -> CliResult<()> {
@@ -14,7 +14,14 @@ pub(super) async fn prune(target: &Target, format: Format, args: Prune) -> CliRe
     };
     let conn = target.connect(access)?;
     let result = conn
-        .prune(&args.stream, &args.group, args.idle, args.dry_run)
+        .prune(
+            &args.stream,
+            &args.group,
+            Pruning {
+                idle: args.idle,
+                dry_run: args.dry_run,
+            },
+        )
         .await?;
     if !args.dry_run {
         conn.finish().await?;

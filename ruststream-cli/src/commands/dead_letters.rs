@@ -7,8 +7,8 @@ use serde::Serialize;
 use crate::cli::{DeadLetterShow, DeadLettersList};
 use crate::error::{CliError, CliResult};
 use crate::model::DeadLetterRow;
-use crate::output::{self, Format, Table, age, cut, fields, preview, timestamp, whole};
-use crate::target::{Access, Conn, Target};
+use crate::output::{self, Format, age, cut, fields, preview, timestamp, whole};
+use crate::target::{Access, Conn, Page, Target};
 
 /// Dead letters asked for per call while paging.
 const PAGE: usize = 1_000;
@@ -49,7 +49,9 @@ pub(super) async fn each_dead_letter(
 ) -> CliResult<()> {
     let mut from = EntryId::ZERO;
     loop {
-        let page = conn.dead_letters(stream, group, from, PAGE).await?;
+        let page = conn
+            .dead_letters(stream, group, Page { from, count: PAGE })
+            .await?;
         let Some(last) = page.last().map(|d| d.id) else {
             return Ok(());
         };
@@ -84,28 +86,24 @@ pub(super) async fn list(target: &Target, format: Format, args: DeadLettersList)
     match format {
         Format::Json => output::emit_json(&found.iter().map(Letter::of).collect::<Vec<_>>()),
         Format::Table => {
-            if found.is_empty() {
-                return output::emit("no dead letters\n");
-            }
-            let mut table = Table::new(&[
+            let header = [
                 "ID",
                 "ORIGINAL ID",
                 "REASON",
                 "DELIVERIES",
                 "AGE",
                 "PAYLOAD",
-            ]);
-            for d in &found {
-                table.row(vec![
+            ];
+            output::emit_table(&found, "no dead letters", &header, |d| {
+                vec![
                     d.id.to_string(),
                     d.original_id(),
                     cut(&d.reason, REASON),
                     d.times_delivered.to_string(),
                     age(now_ms.saturating_sub(d.dead_at_ms)),
                     preview(&d.entry.payload, PREVIEW),
-                ]);
-            }
-            output::emit(&table.render())
+                ]
+            })
         }
     }
 }

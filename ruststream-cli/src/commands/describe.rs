@@ -10,7 +10,7 @@ use crate::cli::Describe;
 use crate::error::CliResult;
 use crate::model::{GroupSummary, StreamSummary};
 use crate::output::{self, Format, Table, age, fields};
-use crate::target::{Access, Target};
+use crate::target::{Access, Page, Target};
 
 /// What `describe --format json` prints.
 #[derive(Debug, Serialize)]
@@ -57,7 +57,15 @@ pub(super) async fn run(target: &Target, format: Format, args: Describe) -> CliR
         Some(group) => {
             let summary = conn.group(&args.stream, group).await?;
             let oldest = conn
-                .pending(&args.stream, group, EntryId::ZERO, 1, None)
+                .pending(
+                    &args.stream,
+                    group,
+                    Page {
+                        from: EntryId::ZERO,
+                        count: 1,
+                    },
+                    None,
+                )
                 .await?
                 .first()
                 .map(|p| p.idle_ms);

@@ -6,8 +6,8 @@ use ruststream::EntryId;
 use crate::cli::Pending;
 use crate::error::CliResult;
 use crate::model::PendingRow;
-use crate::output::{self, Format, Table, age};
-use crate::target::{Access, Target};
+use crate::output::{self, Format, age};
+use crate::target::{Access, Page, Target};
 
 /// Entries asked for per call while paging.
 const PAGE: usize = 1_000;
@@ -21,14 +21,9 @@ pub(super) async fn run(target: &Target, format: Format, args: Pending) -> CliRe
     let mut found: Vec<PendingRow> = Vec::new();
     let mut from = EntryId::ZERO;
     loop {
+        let page = Page { from, count: PAGE };
         let page = conn
-            .pending(
-                &args.stream,
-                &args.group,
-                from,
-                PAGE,
-                args.consumer.as_deref(),
-            )
+            .pending(&args.stream, &args.group, page, args.consumer.as_deref())
             .await?;
         let Some(last) = page.last().map(|p| p.id) else {
             break;
@@ -41,23 +36,14 @@ pub(super) async fn run(target: &Target, format: Format, args: Pending) -> CliRe
         from = last.next();
     }
     found.truncate(args.limit);
-    match format {
-        Format::Json => output::emit_json(&found),
-        Format::Table => {
-            if found.is_empty() {
-                return output::emit("no pending entries\n");
-            }
-            let mut table = Table::new(&["ID", "CONSUMER", "DELIVERIES", "IDLE", "OWED IN"]);
-            for p in &found {
-                table.row(vec![
-                    p.id.to_string(),
-                    p.consumer.clone().unwrap_or_else(|| "(owed)".to_owned()),
-                    p.times_delivered.to_string(),
-                    age(p.idle_ms),
-                    p.owed_in_ms.map_or_else(|| "-".to_owned(), age),
-                ]);
-            }
-            output::emit(&table.render())
-        }
-    }
+    let header = ["ID", "CONSUMER", "DELIVERIES", "IDLE", "OWED IN"];
+    output::emit_rows(format, &found, "no pending entries", &header, |p| {
+        vec![
+            p.id.to_string(),
+            p.consumer.clone().unwrap_or_else(|| "(owed)".to_owned()),
+            p.times_delivered.to_string(),
+            age(p.idle_ms),
+            p.owed_in_ms.map_or_else(|| "-".to_owned(), age),
+        ]
+    })
 }

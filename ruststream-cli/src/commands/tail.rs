@@ -9,7 +9,7 @@ use crate::cli::Tail;
 use crate::error::{CliError, CliResult};
 use crate::model::EntryRow;
 use crate::output::{self, Format, preview};
-use crate::target::{Access, Conn, Target};
+use crate::target::{Access, Conn, Page, Target};
 
 /// Entries asked for per look.
 const PAGE: usize = 1_000;
@@ -35,7 +35,13 @@ pub(super) async fn run(target: &Target, format: Format, args: Tail) -> CliResul
     loop {
         let want = args.count.map_or(PAGE, |n| (n - printed).min(PAGE));
         let batch = open(&mut conn, target)?
-            .entries(&args.stream, cursor, want)
+            .entries(
+                &args.stream,
+                Page {
+                    from: cursor,
+                    count: want,
+                },
+            )
             .await?;
         if reopen {
             conn = None;

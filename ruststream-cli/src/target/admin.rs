@@ -9,11 +9,9 @@ use ruststream::EntryId;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::Outgoing;
+use super::{Outgoing, Page, Pruning};
 use crate::error::{CliError, CliResult, one_line};
-use crate::model::{
-    DeadLetterRow, EntryRow, GroupSummary, PendingRow, PruneResult, StreamSummary, WriteResult,
-};
+use crate::model::{DeadLetterRow, GroupSummary, PruneResult, StreamSummary, WriteResult};
 
 /// Most ids one redrive or discard request carries.
 const WRITE_BATCH: usize = 1_000;
@@ -78,20 +76,20 @@ impl AdminClient {
                 request = request.bearer_auth(token);
             }
         }
-        let response = request.send().await.map_err(|e| {
-            CliError::Runtime(format!(
-                "cannot reach the admin endpoint at {}: {}",
-                self.base,
-                cause_chain(&e)
-            ))
-        })?;
+        let failed = |what: String, e: reqwest::Error| {
+            CliError::Runtime(format!("{what}: {}", cause_chain(&e)))
+        };
+        let base = &self.base;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| failed(format!("cannot reach the admin endpoint at {base}"), e))?;
         let status = response.status();
         let text = response.text().await.map_err(|e| {
-            CliError::Runtime(format!(
-                "the admin endpoint at {} broke off its answer: {}",
-                self.base,
-                cause_chain(&e)
-            ))
+            failed(
+                format!("the admin endpoint at {base} broke off its answer"),
+                e,
+            )
         })?;
         if !status.is_success() {
             return Err(self.error(status, &text));
@@ -152,34 +150,21 @@ impl AdminClient {
         self.get(&["groups", stream, group], &[]).await
     }
 
-    /// `GET /groups/{stream}/{group}/pending`.
-    pub(super) async fn pending(
+    /// `GET` the listing at `segments` (`/groups/{stream}/{group}/pending`,
+    /// `/groups/{stream}/{group}/dead-letters`, `/streams/{stream}/entries`):
+    /// one `page` of it, narrowed by the `extra` query pairs.
+    pub(super) async fn listing<T: DeserializeOwned>(
         &self,
-        stream: &str,
-        group: &str,
-        from: EntryId,
-        count: usize,
-        consumer: Option<&str>,
-    ) -> CliResult<Vec<PendingRow>> {
-        let mut query = vec![("from", from.to_string()), ("count", count.to_string())];
-        if let Some(consumer) = consumer {
-            query.push(("consumer", consumer.to_owned()));
-        }
-        self.get(&["groups", stream, group, "pending"], &query)
-            .await
-    }
-
-    /// `GET /groups/{stream}/{group}/dead-letters`.
-    pub(super) async fn dead_letters(
-        &self,
-        stream: &str,
-        group: &str,
-        from: EntryId,
-        count: usize,
-    ) -> CliResult<Vec<DeadLetterRow>> {
-        let query = [("from", from.to_string()), ("count", count.to_string())];
-        self.get(&["groups", stream, group, "dead-letters"], &query)
-            .await
+        segments: &[&str],
+        page: Page,
+        extra: &[(&str, String)],
+    ) -> CliResult<Vec<T>> {
+        let mut query = vec![
+            ("from", page.from.to_string()),
+            ("count", page.count.to_string()),
+        ];
+        query.extend_from_slice(extra);
+        self.get(segments, &query).await
     }
 
     /// `GET /groups/{stream}/{group}/dead-letters/{id}`.
@@ -225,29 +210,17 @@ impl AdminClient {
         Ok(done.id)
     }
 
-    /// `GET /streams/{stream}/entries`.
-    pub(super) async fn entries(
-        &self,
-        stream: &str,
-        from: EntryId,
-        count: usize,
-    ) -> CliResult<Vec<EntryRow>> {
-        let query = [("from", from.to_string()), ("count", count.to_string())];
-        self.get(&["streams", stream, "entries"], &query).await
-    }
-
     /// `POST /groups/{stream}/{group}/consumers/prune`.
     pub(super) async fn prune(
         &self,
         stream: &str,
         group: &str,
-        idle: Duration,
-        dry_run: bool,
+        how: Pruning,
     ) -> CliResult<PruneResult> {
-        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        let idle_ms = u64::try_from(how.idle.as_millis()).unwrap_or(u64::MAX);
         self.post(
             &["groups", stream, group, "consumers", "prune"],
-            json!({ "idle_ms": idle_ms, "dry_run": dry_run }),
+            json!({ "idle_ms": idle_ms, "dry_run": how.dry_run }),
         )
         .await
     }

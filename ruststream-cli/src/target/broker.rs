@@ -2,11 +2,9 @@
 //! opened itself (Redis, a file log). They answer as the admin endpoint's
 //! routes do.
 
-use std::time::Duration;
-
 use ruststream::{Broker, EntryId, Message};
 
-use super::Outgoing;
+use super::{Outgoing, Pruning};
 use crate::error::{CliError, CliResult};
 use crate::model::{ConsumerSummary, GroupSummary, PruneResult, StreamSummary};
 
@@ -69,16 +67,16 @@ pub(super) async fn publish(
     Ok(ids)
 }
 
-/// Deletes the consumers idle at least `idle` that hold nothing, each
+/// Deletes the consumers idle at least `how.idle` that hold nothing, each
 /// checked again by the broker as it deletes it; keeps (and lists) those
 /// that hold entries.
 pub(super) async fn prune(
     broker: &dyn Broker,
     stream: &str,
     group: &str,
-    idle: Duration,
-    dry_run: bool,
+    how: Pruning,
 ) -> CliResult<PruneResult> {
+    let Pruning { idle, dry_run } = how;
     let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
     let mut deleted = Vec::new();
     let mut kept_holding = Vec::new();

@@ -157,6 +157,24 @@ pub struct Outgoing {
     pub headers: BTreeMap<String, String>,
 }
 
+/// One page of a listing: up to `count` items with ids at or after `from`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// The first id it may hold.
+    pub from: EntryId,
+    /// How many items it holds at most.
+    pub count: usize,
+}
+
+/// Which consumers a prune deletes, and whether it only says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pruning {
+    /// Only consumers idle at least this long (and holding nothing).
+    pub idle: Duration,
+    /// List what would be deleted, and delete nothing.
+    pub dry_run: bool,
+}
+
 /// An opened target.
 pub enum Conn {
     /// A broker the tool opened itself.
@@ -196,39 +214,47 @@ impl Conn {
         }
     }
 
-    /// Up to `count` pending entries from `from` on, `consumer`'s only
-    /// when given.
+    /// A page of the pending list, `consumer`'s only when given.
     pub async fn pending(
         &self,
         stream: &str,
         group: &str,
-        from: EntryId,
-        count: usize,
+        page: Page,
         consumer: Option<&str>,
     ) -> CliResult<Vec<PendingRow>> {
         match self {
             Conn::Broker { broker, .. } => {
-                let found = broker.pending(stream, group, from, count, consumer).await?;
+                let found = broker
+                    .pending(stream, group, page.from, page.count, consumer)
+                    .await?;
                 Ok(found.into_iter().map(Into::into).collect())
             }
-            Conn::Admin(admin) => admin.pending(stream, group, from, count, consumer).await,
+            Conn::Admin(admin) => {
+                let only = consumer.map(|c| ("consumer", c.to_owned()));
+                let path = ["groups", stream, group, "pending"];
+                admin.listing(&path, page, only.as_slice()).await
+            }
         }
     }
 
-    /// Up to `count` dead letters from `from` on.
+    /// A page of the dead letters.
     pub async fn dead_letters(
         &self,
         stream: &str,
         group: &str,
-        from: EntryId,
-        count: usize,
+        page: Page,
     ) -> CliResult<Vec<DeadLetterRow>> {
         match self {
             Conn::Broker { broker, .. } => {
-                let found = broker.dead_letters(stream, group, from, count).await?;
+                let found = broker
+                    .dead_letters(stream, group, page.from, page.count)
+                    .await?;
                 Ok(found.iter().map(Into::into).collect())
             }
-            Conn::Admin(admin) => admin.dead_letters(stream, group, from, count).await,
+            Conn::Admin(admin) => {
+                let path = ["groups", stream, group, "dead-letters"];
+                admin.listing(&path, page, &[]).await
+            }
         }
     }
 
@@ -283,37 +309,30 @@ impl Conn {
         }
     }
 
-    /// Up to `count` entries of `stream` with ids at or after `from`.
-    pub async fn entries(
-        &self,
-        stream: &str,
-        from: EntryId,
-        count: usize,
-    ) -> CliResult<Vec<EntryRow>> {
+    /// A page of the entries of `stream`.
+    pub async fn entries(&self, stream: &str, page: Page) -> CliResult<Vec<EntryRow>> {
         match self {
             Conn::Broker { broker, .. } => {
-                let found = broker.range(stream, from, EntryId::MAX, count).await?;
+                let found = broker
+                    .range(stream, page.from, EntryId::MAX, page.count)
+                    .await?;
                 Ok(found.iter().map(Into::into).collect())
             }
-            Conn::Admin(admin) => admin.entries(stream, from, count).await,
+            Conn::Admin(admin) => {
+                admin
+                    .listing(&["streams", stream, "entries"], page, &[])
+                    .await
+            }
         }
     }
 
-    /// Deletes the group's consumers idle at least `idle` that hold
+    /// Deletes the group's consumers idle at least `how.idle` that hold
     /// nothing (none on a dry run); lists those kept because they hold
     /// entries.
-    pub async fn prune(
-        &self,
-        stream: &str,
-        group: &str,
-        idle: Duration,
-        dry_run: bool,
-    ) -> CliResult<PruneResult> {
+    pub async fn prune(&self, stream: &str, group: &str, how: Pruning) -> CliResult<PruneResult> {
         match self {
-            Conn::Broker { broker, .. } => {
-                broker::prune(&**broker, stream, group, idle, dry_run).await
-            }
-            Conn::Admin(admin) => admin.prune(stream, group, idle, dry_run).await,
+            Conn::Broker { broker, .. } => broker::prune(&**broker, stream, group, how).await,
+            Conn::Admin(admin) => admin.prune(stream, group, how).await,
         }
     }
 

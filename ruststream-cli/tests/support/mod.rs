@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ruststream::{
-    Context, HandlerOutcome, Settle, Stream, StreamStart, Subscriber, SubscriberInfo, Subscription,
+    Broker, Context, HandlerOutcome, ReadBatch, ReadMode, ReadRequest, Settle, Stream, StreamStart,
+    Subscriber, SubscriberInfo, Subscription,
 };
 use serde_json::Value;
 
@@ -60,10 +61,55 @@ impl Out {
 /// Runs `ruststream TARGET.. --format json COMMAND..`, which must succeed,
 /// and parses what it prints.
 pub async fn json_of(target: &[&str], command: &[&str]) -> Value {
-    let mut args = target.to_vec();
-    args.extend(["--format", "json"]);
+    let mut args = vec!["--format", "json"];
     args.extend_from_slice(command);
-    cli(&args).await.ok().json()
+    cli_of(target, &args).await.ok().json()
+}
+
+/// Runs `ruststream TARGET.. COMMAND..`, which must succeed; what it
+/// printed.
+pub async fn stdout_of(target: &[&str], command: &[&str]) -> String {
+    cli_of(target, command).await.ok().stdout
+}
+
+/// Runs `ruststream TARGET.. COMMAND..`.
+pub async fn cli_of(target: &[&str], command: &[&str]) -> Out {
+    cli(&[target, command].concat()).await
+}
+
+/// Runs `ruststream TARGET.. COMMAND..`, the command given as one line
+/// of words (split at spaces).
+pub async fn cli_in(target: &[&str], command: &str) -> Out {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    cli_of(target, &words).await
+}
+
+/// [`json_of`] with the command as one line of words (split at spaces).
+pub async fn json_in(target: &[&str], command: &str) -> Value {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    json_of(target, &words).await
+}
+
+/// A run of the binary in the background ([`cli_in_background`]).
+pub struct Background(tokio::task::JoinHandle<Out>);
+
+/// Starts `ruststream TARGET.. COMMAND..` in the background, the command
+/// given as one line of words (split at spaces).
+pub fn cli_in_background(target: &[&str], command: &str) -> Background {
+    let words = target.iter().copied().chain(command.split_whitespace());
+    let args: Vec<String> = words.map(str::to_owned).collect();
+    Background(tokio::spawn(async move {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cli(&args).await
+    }))
+}
+
+impl Background {
+    /// Waits up to 20 s for the run to end; it must have succeeded.
+    pub async fn ok(self) -> Out {
+        let ended = tokio::time::timeout(Duration::from_secs(20), self.0).await;
+        ended.unwrap().unwrap().ok()
+    }
 }
 
 /// Runs the binary with `args`, stdin empty (not a terminal), and no
@@ -112,6 +158,22 @@ pub async fn cli_with(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) 
     })
     .await
     .unwrap()
+}
+
+/// Reads up to `count` new entries of `stream` as `consumer` of `group`.
+pub async fn read_new(
+    broker: &impl Broker,
+    (stream, group, consumer): (&str, &str, &str),
+    count: usize,
+) -> ReadBatch {
+    let request = ReadRequest::new(stream, group, consumer, ReadMode::New, count);
+    broker.read(request).await.unwrap()
+}
+
+/// The names of the consumers of `group` on `stream`.
+pub async fn consumer_names(broker: &impl Broker, stream: &str, group: &str) -> Vec<String> {
+    let consumers = broker.consumers(stream, group).await.unwrap();
+    consumers.into_iter().map(|c| c.name).collect()
 }
 
 /// A directory removed when dropped.
@@ -173,6 +235,7 @@ impl GateState {
 /// A subscriber that dead-letters `poison…` payloads until its gate is
 /// opened, and acks everything else (and, once open, those too).
 pub struct Gate {
+    info: SubscriberInfo,
     subscription: Subscription,
     /// What it saw.
     pub state: Arc<GateState>,
@@ -185,7 +248,14 @@ impl Gate {
     /// A gate on `stream`, group `group`, from the beginning.
     pub fn new(stream: &str, group: &str) -> (Self, Arc<GateState>) {
         let state = Arc::new(GateState::default());
+        let info = SubscriberInfo {
+            name: "gate",
+            module: module_path!(),
+            file: file!(),
+            line: line!(),
+        };
         let gate = Gate {
+            info,
             subscription: Subscription::new(
                 Stream::new(stream)
                     .group(group)
@@ -199,12 +269,7 @@ impl Gate {
 
 impl Subscriber for Gate {
     fn info(&self) -> SubscriberInfo {
-        SubscriberInfo {
-            name: "gate",
-            module: module_path!(),
-            file: file!(),
-            line: line!(),
-        }
+        self.info
     }
 
     fn subscription(&self) -> Subscription {

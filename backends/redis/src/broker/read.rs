@@ -312,10 +312,9 @@ async fn settle_aside(
             );
             continue;
         }
-        let dead = settle::dead_letter(
+        let dead = settle::dead_letter_counted(
             broker,
-            req.stream,
-            req.group,
+            (req.stream, req.group),
             &[entry.id],
             &entry.reason,
             Some(entry.times),

@@ -67,13 +67,23 @@ pub(super) async fn retry(
     Ok(retried.count)
 }
 
-/// Dead-letters `ids`; `times` is the delivery count to record in place of
-/// the one the group has (a read passes the count it saw before its claim
-/// bumped it).
+/// Dead-letters `ids` with the delivery counts the group has.
 pub(super) async fn dead_letter(
     broker: &RedisBroker,
     stream: &str,
     group: &str,
+    ids: &[EntryId],
+    reason: &str,
+) -> BrokerResult<u64> {
+    dead_letter_counted(broker, (stream, group), ids, reason, None).await
+}
+
+/// Dead-letters `ids`; `times` is the delivery count to record in place of
+/// the one the group has (a read passes the count it saw before its claim
+/// bumped it).
+pub(super) async fn dead_letter_counted(
+    broker: &RedisBroker,
+    (stream, group): (&str, &str),
     ids: &[EntryId],
     reason: &str,
     times: Option<u32>,
@@ -83,7 +93,6 @@ pub(super) async fn dead_letter(
     });
     Ok(buried.await?.unwrap_or(0))
 }
-
 pub(super) async fn redrive(
     broker: &RedisBroker,
     stream: &str,

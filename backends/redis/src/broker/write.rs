@@ -8,7 +8,7 @@ use super::{RedisBroker, check_names};
 use crate::codec;
 
 /// One pipelined `XADD` per message: one round trip per batch.
-pub(super) async fn publish(
+pub(super) async fn publish_batch(
     broker: &RedisBroker,
     stream: &str,
     messages: Vec<Message>,
