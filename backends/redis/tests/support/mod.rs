@@ -31,8 +31,11 @@ pub fn unique(what: &str) -> String {
 /// (redis-cli, redis-py) would see it.
 pub async fn raw(db: u32) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(url_db(db)).unwrap();
+    // No response timeout (the client's default is short): replies of
+    // entries with thousands of fields take a while on a loaded machine.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
     client
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .unwrap_or_else(|e| {
             panic!(
