@@ -89,7 +89,7 @@ pub use ruststream_memory::{MemoryBroker, MemoryRetention};
 pub use ruststream_filelog::{FileLogBroker, FileLogOptions, Retention, SyncPolicy};
 
 #[cfg(feature = "redis")]
-pub use ruststream_redis::{RedisBroker, RedisConfig, RedisTls, ReplicaAck};
+pub use ruststream_redis::{RedisBroker, RedisConfig, RedisRetention, RedisTls, ReplicaAck};
 
 /// Everything a service module needs: `use ruststream::prelude::*;`.
 ///

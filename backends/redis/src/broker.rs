@@ -13,7 +13,8 @@
 //! - [`read`]: the read modes, and blocking reads;
 //! - [`settle`]: ack, retry, dead letter, redrive, discard, extend claim;
 //! - [`inspect`]: groups, consumers, pending lists, dead letters, ranges,
-//!   streams, trimming.
+//!   streams, trimming;
+//! - [`retention`]: trimming by a rule, never past what groups need.
 //!
 //! The scripts they run are in [`crate::scripts`], the field layout and
 //! reply parsing in [`crate::codec`], the side keys in [`crate::keys`].
@@ -23,6 +24,7 @@ mod connection;
 mod consumers;
 mod inspect;
 mod read;
+mod retention;
 mod settle;
 mod tls;
 mod topology;
@@ -38,6 +40,7 @@ use self::connection::{BROKER, Connections};
 use crate::scripts::Scripts;
 
 pub use self::connection::{CLUSTER_REDIRECTIONS, RedisConfig, ReplicaAck};
+pub use self::retention::{RETENTION_EVERY, RedisRetention};
 pub use self::tls::RedisTls;
 pub(crate) use self::topology::Conn;
 
@@ -59,6 +62,8 @@ struct Inner {
     /// Set once the server was seen to serve claiming reads, so that a
     /// claiming read asks for the version only until then.
     claiming_verified: AtomicBool,
+    /// When each stream was last trimmed by the retention rule.
+    retention: retention::Passes,
 }
 
 impl fmt::Debug for RedisBroker {
@@ -156,7 +161,18 @@ impl RedisBroker {
                 scripts: Scripts::new(),
                 cursors: read::Cursors::default(),
                 claiming_verified: AtomicBool::new(false),
+                retention: retention::Passes::default(),
             }),
+        }
+    }
+
+    /// Trims `stream` by the configured retention rule now (publishes do
+    /// it at most every [`RETENTION_EVERY`]); returns how many entries
+    /// went. Without a rule, nothing is trimmed.
+    pub async fn apply_retention(&self, stream: &str) -> BrokerResult<u64> {
+        match self.inner.connections.config().retention {
+            Some(rule) => retention::retain(self, stream, rule).await,
+            None => Ok(0),
         }
     }
 

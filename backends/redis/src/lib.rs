@@ -247,7 +247,8 @@ mod scripts;
 mod testing;
 
 pub use broker::{
-    CLUSTER_REDIRECTIONS, RedisBroker, RedisConfig, RedisTls, ReplicaAck, split_urls,
+    CLUSTER_REDIRECTIONS, RETENTION_EVERY, RedisBroker, RedisConfig, RedisRetention, RedisTls,
+    ReplicaAck, split_urls,
 };
 
 /// Test support: a token unique across calls and processes

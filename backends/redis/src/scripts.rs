@@ -6,7 +6,7 @@
 //! `lua/*.lua`), and parses the reply. Nothing else builds a script's
 //! arguments, so that order is kept in one place on each side. The wrappers
 //! sit beside the broker role that runs them: [`read`], [`settle`],
-//! [`inspect`] and [`consumers`].
+//! [`inspect`], [`consumers`] and [`retain`].
 //!
 //! Each script is `lua/common.lua` followed by its own file. They run with
 //! `EVALSHA` (`redis::Script` falls back to `EVAL` after a `NOSCRIPT`, as
@@ -16,6 +16,7 @@
 mod consumers;
 mod inspect;
 mod read;
+mod retain;
 mod settle;
 
 use crate::broker::Conn;
@@ -25,6 +26,7 @@ use ruststream_core::EntryId;
 use crate::codec::BadReply;
 
 pub(crate) use read::{Aside, Post, ScriptRead};
+pub(crate) use retain::Retained;
 pub(crate) use settle::Redriven;
 
 const COMMON: &str = include_str!("lua/common.lua");
@@ -57,6 +59,7 @@ pub(crate) struct Scripts {
     delete_consumer: Lua,
     dead_letters: Lua,
     pending: Lua,
+    retain: Lua,
 }
 
 impl Scripts {
@@ -73,6 +76,7 @@ impl Scripts {
             delete_consumer: script(include_str!("lua/delete_consumer.lua")),
             dead_letters: script(include_str!("lua/dead_letters.lua")),
             pending: script(include_str!("lua/pending.lua")),
+            retain: script(include_str!("lua/retain.lua")),
         }
     }
 }

@@ -21,6 +21,7 @@ use ruststream_core::{BrokerError, BrokerResult};
 use tokio::sync::OnceCell;
 
 use super::RedisBroker;
+use super::retention::RedisRetention;
 use super::tls::{RedisTls, is_tls};
 use super::topology::{ClusterClients, Conn, Topology};
 use crate::codec::{BadReply, ms};
@@ -63,6 +64,9 @@ pub struct RedisConfig {
     /// certificate). `None`: the system's roots, no client certificate.
     /// Given with a `redis://` URL, it is an error on first use.
     pub tls: Option<RedisTls>,
+    /// How much of each stream to keep ([`RedisRetention`]). `None` (the
+    /// default): nothing is trimmed unless you call `Broker::trim`.
+    pub retention: Option<RedisRetention>,
 }
 
 /// A publish waits until `replicas` replicas hold its entries (`WAIT
@@ -95,6 +99,7 @@ impl Default for RedisConfig {
             reconnect_attempts: 2,
             publish_replicas: None,
             tls: None,
+            retention: None,
         }
     }
 }

@@ -56,6 +56,7 @@ pub(super) async fn publish_batch(
             });
         }
     }
+    super::retention::after_publish(broker, stream).await;
     Ok(ids)
 }
 
