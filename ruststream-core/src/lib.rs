@@ -56,4 +56,7 @@ pub use id::{EntryId, ParseEntryIdError};
 pub use info::{ConsumerInfo, DeadLetter, GroupInfo, PendingEntry, StreamInfo, StreamStart};
 pub use message::{Delivery, Entry, Message};
 pub use names::{MAX_NAME_LEN, NameKind, NameRules, check_name, check_stream_group};
-pub use options::{CountOption, Counts, check_prefetch_covers_workers};
+pub use options::{
+    BATCH_WITH_BY_KEY, CountOption, Counts, check_prefetch_covers_batch,
+    check_prefetch_covers_workers,
+};

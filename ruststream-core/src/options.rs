@@ -95,3 +95,29 @@ pub fn check_prefetch_covers_workers(prefetch: u64, workers: u64) -> Result<(), 
     }
     Ok(())
 }
+
+/// Checks that `prefetch` reads ahead at least one whole batch of a
+/// `batch(max = ..)` subscriber: with less, no batch could fill and every
+/// one would wait out its `wait`.
+///
+/// ```
+/// use ruststream_core::check_prefetch_covers_batch;
+///
+/// assert!(check_prefetch_covers_batch(500, 500).is_ok());
+/// assert_eq!(
+///     check_prefetch_covers_batch(100, 500).unwrap_err(),
+///     "`prefetch(100)` is less than `batch(max = 500)`: read ahead at least one whole batch"
+/// );
+/// ```
+pub fn check_prefetch_covers_batch(prefetch: u64, max: u64) -> Result<(), String> {
+    if prefetch < max {
+        return Err(format!(
+            "`prefetch({prefetch})` is less than `batch(max = {max})`: read ahead at least one whole batch"
+        ));
+    }
+    Ok(())
+}
+
+/// Why `batch(..)` and `workers(n, by_key)` do not go together: said by the
+/// macro at compile time and by an app at start-up.
+pub const BATCH_WITH_BY_KEY: &str = "`batch(..)` cannot be combined with `workers(n, by_key)`: a batch mixes keys and settles them together, so per-key order could not hold; use `workers(n)` (n batches run at once), or a subscriber without `batch` for per-key order";

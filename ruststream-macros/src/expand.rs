@@ -50,7 +50,12 @@ pub(crate) fn subscriber(attr: TokenStream, item: TokenStream) -> TokenStream {
         );
         return original_with_errors(item, cx);
     };
-    let handler = Handler::from_fn(&cx, &function, args.as_ref().map(|a| a.reply.is_some()));
+    let handler = Handler::from_fn(
+        &cx,
+        &function,
+        args.as_ref().map(|a| a.reply.is_some()),
+        args.as_ref().is_some_and(|a| a.batched),
+    );
     let errors = match (cx.check(), args, handler) {
         (Ok(()), Some(args), Some(handler)) => {
             return SubscriberFn::new(function).expand(&args, &handler);
@@ -144,8 +149,14 @@ impl SubscriberFn {
         let unit_struct = self.unit_struct(doc_line(args));
         let handler_fn = self.handler_fn();
         let subscription = subscription(args);
-        let (decode_payload, body) = self.handle_body(handler, args.reply.is_some());
-        let subscriber_impl = self.subscriber_impl(args.reply.is_some(), &body);
+        let (decode_payload, methods) = match &handler.payload {
+            Payload::Batch { elem, lent, raw } => self.batch_methods(handler, elem, *lent, *raw),
+            _ => {
+                let (decode_payload, body) = self.handle_body(handler, args.reply.is_some());
+                (decode_payload, self.handle_method(&body))
+            }
+        };
+        let subscriber_impl = self.subscriber_impl(args.reply.is_some(), &methods);
         let name_str = self.name.unraw().to_string();
         let line = quote_spanned!(Span::call_site()=> ::core::line!());
         let cfgs = &self.cfgs;
@@ -272,23 +283,14 @@ impl SubscriberFn {
                 (decode, argument)
             }
             Payload::RawSlice => (quote!(), quote!(#ctx.payload())),
-            Payload::RawVec => (quote!(), quote!(::std::vec::Vec::from(#ctx.payload()))),
+            // A batch payload is expanded by `batch_body`.
+            Payload::RawVec | Payload::Batch { .. } => {
+                (quote!(), quote!(::std::vec::Vec::from(#ctx.payload())))
+            }
         };
-        // The bound is on `Deserialize` itself rather than
-        // `DeserializeOwned`, so that a payload type without it gets
-        // serde's hint to derive it.
         let decode_payload = match &handler.payload {
-            Payload::Borrowed(_) | Payload::Owned(_) => Some(quote! {
-                fn decode_payload<T>(
-                    #payload: &[u8],
-                ) -> ::core::result::Result<T, ::std::string::String>
-                where
-                    T: for<'de> ::ruststream::__private::serde::Deserialize<'de>,
-                {
-                    ::ruststream::__private::decode::<T>(#payload)
-                }
-            }),
-            Payload::RawSlice | Payload::RawVec => None,
+            Payload::Borrowed(_) | Payload::Owned(_) => Some(decode_payload_fn()),
+            Payload::RawSlice | Payload::RawVec | Payload::Batch { .. } => None,
         };
         let context = handler.context.then(|| quote!(, #ctx));
         let call = quote!(#name::handler(#argument #context).await);
@@ -305,11 +307,7 @@ impl SubscriberFn {
                 }
             }
             (Some(ty), false) => {
-                let into_settle = if nameable(ty) {
-                    quote_spanned!(ty.span()=> <#ty as ::ruststream::__private::IntoSettle>::into_settle)
-                } else {
-                    quote_spanned!(ty.span()=> ::ruststream::__private::IntoSettle::into_settle)
-                };
+                let into_settle = trait_fn_on(ty, &quote!(IntoSettle), &quote!(into_settle));
                 quote! {
                     let #out = #call;
                     #into_settle(#out)
@@ -330,11 +328,25 @@ impl SubscriberFn {
         (decode_payload, body)
     }
 
-    /// `impl Subscriber`; `subscription()` and `INFO` are written beside it.
-    fn subscriber_impl(&self, replies: bool, body: &TokenStream) -> TokenStream {
-        let name = &self.name;
+    /// `Subscriber::handle`, running `body`.
+    fn handle_method(&self, body: &TokenStream) -> TokenStream {
         let ctx = context_ident();
         let future = self.future_type();
+        quote! {
+            fn handle<'a>(
+                &'a self,
+                #ctx: &'a mut ::ruststream::__private::Context<'_>,
+            ) -> #future {
+                #body
+            }
+        }
+    }
+
+    /// `impl Subscriber` with `methods` (`handle`, and `handle_batch` for a
+    /// batch subscriber); `subscription()` and `INFO` are written beside it.
+    fn subscriber_impl(&self, replies: bool, methods: &TokenStream) -> TokenStream {
+        let name = &self.name;
+        let ctx = context_ident();
         quote! {
             // The context parameter is called `ctx`, as users call theirs,
             // and this `fn ctx` keeps a constant named `ctx` in the user's
@@ -360,12 +372,7 @@ impl SubscriberFn {
                         #replies
                     }
 
-                    fn handle<'a>(
-                        &'a self,
-                        #ctx: &'a mut ::ruststream::__private::Context<'_>,
-                    ) -> #future {
-                        #body
-                    }
+                    #methods
                 }
             };
         }
@@ -373,7 +380,7 @@ impl SubscriberFn {
 
     /// What `handle` returns, spanned on the function's `async` (see
     /// `handle_body`).
-    fn future_type(&self) -> TokenStream {
+    pub(super) fn future_type(&self) -> TokenStream {
         quote_spanned! {self.async_span()=>
             impl ::core::future::Future<Output = ::ruststream::__private::Settle>
                 + ::core::marker::Send
@@ -381,7 +388,7 @@ impl SubscriberFn {
         }
     }
 
-    fn async_span(&self) -> Span {
+    pub(super) fn async_span(&self) -> Span {
         self.sig
             .asyncness
             .map_or_else(Span::call_site, |token| token.span)
@@ -449,13 +456,30 @@ impl SubscriberFn {
 /// a constant in scope matches it instead of binding: hygiene does not help
 /// there (items resolve at the call site), so the names are ones no user
 /// writes.
-fn local(name: &str) -> Ident {
+pub(super) fn local(name: &str) -> Ident {
     Ident::new(&format!("__ruststream_{name}"), Span::mixed_site())
+}
+
+/// `decode_payload::<T>`, which the generated code decodes a payload with.
+/// The bound is on `Deserialize` itself rather than `DeserializeOwned`, so
+/// that a payload type without it gets serde's hint to derive it.
+pub(super) fn decode_payload_fn() -> TokenStream {
+    let payload = local("payload");
+    quote! {
+        fn decode_payload<T>(
+            #payload: &[u8],
+        ) -> ::core::result::Result<T, ::std::string::String>
+        where
+            T: for<'de> ::ruststream::__private::serde::Deserialize<'de>,
+        {
+            ::ruststream::__private::decode::<T>(#payload)
+        }
+    }
 }
 
 /// The context parameter of the generated `handle`: `ctx`, shown as such in
 /// docs and IDEs (see `subscriber_impl` for why it is safe).
-fn context_ident() -> Ident {
+pub(super) fn context_ident() -> Ident {
     Ident::new("ctx", Span::mixed_site())
 }
 
@@ -476,36 +500,40 @@ fn subscription(args: &SubscriberArgs) -> TokenStream {
         .as_ref()
         .map(|Count { expr, .. }| quote!(.prefetch(#expr)));
     let backoff = args.backoff.as_ref().map(backoff);
+    let batch = args.batch.as_ref().map(batch::batch_option);
     quote! {
         ::ruststream::__private::Subscription::new(#descriptor)
             #workers
             #max_deliveries
             #prefetch
             #backoff
+            #batch
     }
 }
 
 /// `.backoff(..)`: the policy the macro checked, built again from its
 /// values through the same constructor (which cannot refuse it).
 fn backoff(policy: &BackoffPolicy) -> TokenStream {
-    let duration = |d: Duration| {
-        let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
-        quote!(::core::time::Duration::new(#secs, #nanos))
-    };
     let policy_path = quote!(::ruststream::__private::BackoffPolicy);
     let built = match policy.curve() {
         BackoffCurve::Fixed(delay) => {
-            let delay = duration(delay);
+            let delay = duration_tokens(delay);
             quote!(#policy_path::fixed(#delay))
         }
         BackoffCurve::Exponential { base, factor, max } => {
-            let (base, max) = (duration(base), duration(max));
+            let (base, max) = (duration_tokens(base), duration_tokens(max));
             let factor = proc_macro2::Literal::f64_suffixed(factor);
             quote!(#policy_path::exponential(#base, #factor, #max))
         }
     };
     let jitter = policy.has_jitter();
     quote!(.backoff(::ruststream::__private::checked_backoff(#built, #jitter)))
+}
+
+/// A `Duration` as code.
+pub(super) fn duration_tokens(d: Duration) -> TokenStream {
+    let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+    quote!(::core::time::Duration::new(#secs, #nanos))
 }
 
 /// The subscriber's generated doc line: what it reads, as which group, and
@@ -542,14 +570,34 @@ fn doc_line(args: &SubscriberArgs) -> Option<String> {
             }
         }
     };
+    let batches = args
+        .batch
+        .as_ref()
+        .map(batch::doc_words)
+        .unwrap_or_default();
     Some(format!(
-        "Reads stream {stream} as consumer group {group}: {mode}, on {workers}."
+        "Reads stream {stream} as consumer group {group}: {mode}, on {workers}{batches}."
     ))
+}
+
+/// `<ty as ::ruststream::__private::Trait>::function`, spanned on `ty`, so
+/// that a `ty` that does not implement the trait is reported there (or
+/// `Trait::function` for a `ty` that cannot be named there).
+pub(super) fn trait_fn_on(
+    ty: &Type,
+    trait_name: &TokenStream,
+    function: &TokenStream,
+) -> TokenStream {
+    if nameable(ty) {
+        quote_spanned!(ty.span()=> <#ty as ::ruststream::__private::#trait_name>::#function)
+    } else {
+        quote_spanned!(ty.span()=> ::ruststream::__private::#trait_name::#function)
+    }
 }
 
 /// Whether `ty` can be written in a qualified path (`<ty as Trait>`):
 /// an `impl Trait` return type cannot.
-fn nameable(ty: &Type) -> bool {
+pub(super) fn nameable(ty: &Type) -> bool {
     !matches!(ty, Type::ImplTrait(_))
 }
 
@@ -707,5 +755,6 @@ fn outgoing_impl(input: &DeriveInput, stream: &TokenStream) -> TokenStream {
     }
 }
 
+mod batch;
 #[cfg(test)]
 mod tests;

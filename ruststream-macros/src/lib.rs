@@ -67,6 +67,7 @@ use proc_macro::TokenStream;
 /// | `max_deliveries(n)` | an entry delivered `n` times is dead-lettered instead of delivered again (default: no bound) |
 /// | `prefetch(n)` | at most `n` entries are read ahead of the handlers (at least `workers`) |
 /// | `backoff(POLICY)`, `backoff(POLICY, jitter)` | a failed delivery is retried after the policy's delay instead of at once (see below) |
+/// | `batch(max = n, wait = d)` | the handler takes up to `n` entries at once, gathered for at most `d` (see below) |
 ///
 /// A count is an integer literal (checked here: at least 1, and `prefetch`
 /// at least `workers`) or any expression (checked when the app starts).
@@ -100,6 +101,30 @@ use proc_macro::TokenStream;
 ///     max_deliveries(12),
 /// )]
 /// async fn post_payment(payment: &Payment) -> Result<(), LedgerError> { .. }
+/// ```
+///
+/// ## `batch`
+///
+/// `batch(max = n, wait = d)` makes a batch handler: it takes `Vec<T>` or
+/// `&[T]` (one value per entry, decoded from JSON; `Vec<Vec<u8>>` for the
+/// raw payloads) and nothing else, and runs once `n` entries are gathered
+/// or `d` after the first arrived, whichever comes first. It returns one
+/// outcome for the whole batch (`()`, `HandlerOutcome`, `Result<(), E>`) or
+/// one per entry (`Vec<HandlerOutcome>`, `Vec<Result<(), E>>`, in the order
+/// of the values it got; a `Vec` of another length retries the whole batch
+/// with an error saying so). An entry whose payload does not decode is
+/// dead-lettered on its own and the rest run. Each entry is settled,
+/// retried, dead-lettered and counted as a single entry is. `workers(w)`
+/// runs up to `w` batches at once; `by_key` and `reply` are refused, and a
+/// literal `prefetch` must hold a whole batch. `n` is an integer literal
+/// (1 to 100000), `d` a duration literal as in `backoff`. The rules are in
+/// `docs/batches.md` (whose example is a doctest of `ruststream`).
+///
+/// ```ignore
+/// #[subscriber(RedisStream::new("payments").group("ledger"), workers(2), batch(max = 500, wait = 10ms))]
+/// async fn post_payments(payments: Vec<Payment>) -> Vec<HandlerOutcome> {
+///     payments.iter().map(|_| HandlerOutcome::ack()).collect()
+/// }
 /// ```
 ///
 /// # The function

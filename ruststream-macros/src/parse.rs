@@ -8,6 +8,7 @@
 //! is wrong.
 
 mod args;
+mod batch;
 mod handler;
 
 use proc_macro2::{TokenStream, TokenTree};
@@ -19,6 +20,7 @@ use syn::{
 use crate::ctxt::Ctxt;
 
 pub(crate) use args::{Count, Mode, SubscriberArgs, Workers, subscriber_args};
+pub(crate) use batch::BatchArgs;
 pub(crate) use handler::{Handler, Payload, is_method, is_subscriber_attr, param_named_like_fn};
 
 /// Tokens as code in a message or a doc, without the spaces

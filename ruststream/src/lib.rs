@@ -44,6 +44,7 @@
 
 mod admin;
 mod app;
+mod batch;
 mod context;
 mod group_poll;
 mod health;
@@ -63,6 +64,7 @@ pub use app::{
     ADMIN_ADDR_VAR, ADMIN_TOKEN_VAR, App, AppInfo, BrokerScope, DEFAULT_KEEP_ALIVE,
     DEFAULT_SHUTDOWN_DEADLINE, INSTANCE_VAR, Include, RustStream, StartError, termination,
 };
+pub use batch::{BatchSettle, EntryBatch, IntoBatchSettle};
 pub use context::{
     Context, DELIVERY_COUNT_HEADER, HeaderView, IDLE_MS_HEADER, PARTITION_KEY_HEADER,
 };
@@ -75,7 +77,7 @@ pub use running::Running;
 pub use runtime::SubscriptionStats;
 pub use ruststream_core::*;
 pub use ruststream_macros::{Outgoing, app, subscriber};
-pub use stream::{DEFAULT_READ_AHEAD, Kind, RedisStream, Stream, Subscription};
+pub use stream::{Batch, DEFAULT_READ_AHEAD, Kind, RedisStream, Stream, Subscription};
 pub use subscriber::{Registration, Subscriber, SubscriberInfo, registered_subscribers};
 
 /// The memory broker's crate: [`memory::with_retention`] builds one with
@@ -123,8 +125,8 @@ pub mod __private {
     pub use crate::stream::checked_backoff;
     pub use crate::subscriber::{decode, reply};
     pub use crate::{
-        App, Context, IntoSettle, Outgoing, Registration, Settle, Stream, Subscriber,
-        SubscriberInfo, Subscription,
+        App, Batch, BatchSettle, Context, EntryBatch, IntoBatchSettle, IntoSettle, Outgoing,
+        Registration, Settle, Stream, Subscriber, SubscriberInfo, Subscription,
     };
     pub use inventory;
     pub use ruststream_core::BackoffPolicy;

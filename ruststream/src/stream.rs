@@ -170,6 +170,37 @@ pub struct Subscription {
     /// How long a failed delivery waits before its retry; `None`: it is
     /// retried at once (see `docs/semantics.md`, Outcomes).
     pub backoff: Option<BackoffPolicy>,
+    /// `batch(max = n, wait = d)`: the handler takes entries in batches
+    /// (see `docs/batches.md`); `None`: one entry at a time.
+    pub batch: Option<Batch>,
+}
+
+/// How a batch subscriber gathers its batches: `batch(max = n, wait = d)`.
+/// A batch runs once it holds `max` entries, or `wait` after its first
+/// entry arrived, whichever comes first (see `docs/batches.md`).
+///
+/// ```
+/// use std::time::Duration;
+/// use ruststream::{Batch, RedisStream, Subscription};
+///
+/// let sub = Subscription::new(RedisStream::new("payments").group("ledger"))
+///     .batch(Batch::new(500, Duration::from_millis(10)));
+/// assert_eq!(sub.lanes(), 500);
+/// assert_eq!(sub.read_ahead(), 1000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// Entries in one batch at most (at least 1).
+    pub max: usize,
+    /// How long a batch waits for more entries after its first one.
+    pub wait: Duration,
+}
+
+impl Batch {
+    /// At most `max` entries, gathered for at most `wait`.
+    pub fn new(max: usize, wait: Duration) -> Self {
+        Batch { max, wait }
+    }
 }
 
 impl Subscription {
@@ -182,6 +213,7 @@ impl Subscription {
             max_deliveries: None,
             prefetch: None,
             backoff: None,
+            batch: None,
         }
     }
 
@@ -217,22 +249,43 @@ impl Subscription {
         self
     }
 
+    /// `batch(max = n, wait = d)`: the handler takes up to `n` entries at
+    /// once, gathered for at most `d`.
+    pub fn batch(mut self, batch: Batch) -> Self {
+        self.batch = Some(batch);
+        self
+    }
+
+    /// How many entries can be in the handlers' hands at once: `workers`,
+    /// or `workers` whole batches for a batch subscriber.
+    pub fn lanes(&self) -> usize {
+        let per_worker = self.batch.map_or(1, |batch| batch.max.max(1));
+        self.workers.max(1).saturating_mul(per_worker)
+    }
+
     /// The read-ahead bound in force, in entries read and not yet settled:
-    /// `prefetch(n)` if given, else [`DEFAULT_READ_AHEAD`], and never under
+    /// `prefetch(n)` if given, else [`DEFAULT_READ_AHEAD`] (for a batch
+    /// subscriber, two batches per worker if that is more), and never under
     /// `workers`. The runtime reads less while the backlog is short (see
     /// [`Subscription::first_read`]); a crash redelivers at most this many.
     pub fn read_ahead(&self) -> usize {
-        self.prefetch
-            .unwrap_or(DEFAULT_READ_AHEAD.max(self.workers.saturating_mul(4)))
-            .max(self.workers)
-            .max(1)
+        let default = match self.batch {
+            None => DEFAULT_READ_AHEAD.max(self.workers.saturating_mul(4)),
+            Some(_) => DEFAULT_READ_AHEAD.max(self.lanes().saturating_mul(2)),
+        };
+        self.prefetch.unwrap_or(default).max(self.workers).max(1)
     }
 
-    /// How many entries the first read asks for: 4 per worker, within the
-    /// bound. Reads that come back full double the next one, up to the
-    /// bound; short ones halve it, down to this.
+    /// How many entries the first read asks for: 4 per worker (a batch
+    /// subscriber: a batch per worker), within the bound. Reads that come
+    /// back full double the next one, up to the bound; short ones halve
+    /// it, down to this.
     pub fn first_read(&self) -> usize {
-        self.workers.saturating_mul(4).clamp(1, self.read_ahead())
+        let first = match self.batch {
+            None => self.workers.saturating_mul(4),
+            Some(_) => self.lanes(),
+        };
+        first.clamp(1, self.read_ahead())
     }
 }
 

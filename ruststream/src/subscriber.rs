@@ -5,7 +5,7 @@ use std::future::Future;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::{Context, Outgoing, Settle, Subscription};
+use crate::{BatchSettle, Context, EntryBatch, Outgoing, Settle, Subscription};
 
 /// Where a subscriber was written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +44,24 @@ pub trait Subscriber: Send + Sync + 'static {
     /// Decodes the delivery in `ctx`, runs the handler and says how to
     /// settle the entry.
     fn handle<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a;
+
+    /// For a batch subscriber (`batch(max = n, wait = d)`, see
+    /// `docs/batches.md`): decodes the batch's payloads, runs the handler
+    /// on them and settles every entry in `batch`. The runtime calls this
+    /// instead of [`Subscriber::handle`] when the subscription has a
+    /// [`Batch`](crate::Batch). Without an implementation every entry is
+    /// retried as failed: a subscription with a batch needs a subscriber
+    /// that handles batches.
+    fn handle_batch<'a>(
+        &'a self,
+        batch: &'a mut EntryBatch,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        async move {
+            batch.settle(BatchSettle::All(Settle::Failed(
+                "this subscriber does not handle batches (no `handle_batch`)".to_owned(),
+            )));
+        }
+    }
 }
 
 /// An entry of the registry of every `#[subscriber]` in a binary: tools

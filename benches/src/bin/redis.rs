@@ -22,6 +22,10 @@
 //!     entry (bounded read-ahead, lanes, the delivery span check, panic
 //!     catching, batched settling). With the default read-ahead (32 per
 //!     read) and with `prefetch(500)`.
+//!   - *#[subscriber] batch*: a batch handler taking `Vec<Payment>` and
+//!     returning `()`, with `batch(max = 500, wait = 10ms)` (one worker,
+//!     the default read-ahead of two batches): the same per-entry
+//!     settling, one handler call per 500 entries.
 //!
 //! Every side decodes the same way: `std::str::from_utf8`, then
 //! `serde_json::from_str` (what the framework's `decode` does).
@@ -58,6 +62,8 @@ const REPS: usize = 5;
 const GROUP: &str = "ledger";
 /// The issue's target: the `#[subscriber]` path at 80% of the hand loop.
 const TARGET_RATIO: f64 = 0.80;
+/// Issue 15's target: a batch subscriber at least as fast as the hand loop.
+const BATCH_TARGET_RATIO: f64 = 1.0;
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn url() -> String {
@@ -90,6 +96,16 @@ async fn ledger_prefetch(payment: &Payment) {
     PROBE.handled(payment);
 }
 
+#[subscriber(
+    RedisStream::new(stream_name()).group(GROUP).start_id(StreamStart::Beginning),
+    batch(max = 500, wait = 10ms)
+)]
+async fn ledger_batch(payments: Vec<Payment>) {
+    for payment in &payments {
+        PROBE.handled(payment);
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Row {
     PublishHand,
@@ -98,16 +114,18 @@ enum Row {
     ConsumeBroker,
     SubscriberDefault,
     SubscriberPrefetch,
+    SubscriberBatch,
 }
 
 impl Row {
-    const ALL: [Row; 6] = [
+    const ALL: [Row; 7] = [
         Row::PublishHand,
         Row::PublishBroker,
         Row::ConsumeHand,
         Row::ConsumeBroker,
         Row::SubscriberDefault,
         Row::SubscriberPrefetch,
+        Row::SubscriberBatch,
     ];
 
     fn label(self) -> &'static str {
@@ -118,6 +136,7 @@ impl Row {
             Row::ConsumeBroker => "consume, RedisBroker read(500) + ack",
             Row::SubscriberDefault => "consume, #[subscriber] workers(8)",
             Row::SubscriberPrefetch => "consume, #[subscriber] workers(8), prefetch(500)",
+            Row::SubscriberBatch => "consume, #[subscriber] batch(max = 500, wait = 10ms)",
         }
     }
 }
@@ -165,17 +184,17 @@ async fn consume_app(
     broker: &RedisBroker,
     stream: &str,
     n: u64,
-    prefetch: bool,
+    row: Row,
 ) -> BenchResult<Duration> {
     PROBE.arm(n);
     *STREAM.lock().map_err(|_| "poisoned")? = stream.to_owned();
     let started = Instant::now();
     let app = RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(broker.clone(), |b| {
-        if prefetch {
-            b.include(ledger_prefetch);
-        } else {
-            b.include(ledger_default);
-        }
+        match row {
+            Row::SubscriberPrefetch => b.include(ledger_prefetch),
+            Row::SubscriberBatch => b.include(ledger_batch),
+            _ => b.include(ledger_default),
+        };
     });
     let running = app.start().await?;
     if PROBE.handled.load(Ordering::SeqCst) < n {
@@ -209,8 +228,8 @@ async fn allocations(
     let result = match row {
         Row::ConsumeHand => consume_hand(conn, &stream, N).await,
         Row::ConsumeBroker => consume_broker(broker, &stream, N).await,
-        Row::SubscriberDefault | Row::SubscriberPrefetch => {
-            consume_app(broker, &stream, N, row == Row::SubscriberPrefetch).await
+        Row::SubscriberDefault | Row::SubscriberPrefetch | Row::SubscriberBatch => {
+            consume_app(broker, &stream, N, row).await
         }
         Row::PublishHand | Row::PublishBroker => Ok(Duration::ZERO),
     };
@@ -243,9 +262,9 @@ async fn run_row(
             fill(conn, &stream, n).await?;
             consume_broker(broker, &stream, n).await?
         }
-        Row::SubscriberDefault | Row::SubscriberPrefetch => {
+        Row::SubscriberDefault | Row::SubscriberPrefetch | Row::SubscriberBatch => {
             fill(conn, &stream, n).await?;
-            consume_app(broker, &stream, n, row == Row::SubscriberPrefetch).await?
+            consume_app(broker, &stream, n, row).await?
         }
     };
     redis::cmd("DEL")
@@ -256,7 +275,7 @@ async fn run_row(
 }
 
 /// The command line: `--messages N`, and `--only ROW` (a row's index in
-/// the table, 0 to 5) to run one row once, for profiling.
+/// the table, 0 to 6) to run one row once, for profiling.
 fn args() -> BenchResult<(u64, Option<usize>)> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut n = DEFAULT_MESSAGES;
@@ -295,7 +314,7 @@ fn main() -> BenchResult<()> {
             url()
         );
         if let Some(i) = only {
-            let row = *Row::ALL.get(i).ok_or("--only takes a row index, 0 to 5")?;
+            let row = *Row::ALL.get(i).ok_or("--only takes a row index, 0 to 6")?;
             let elapsed = run_row(row, &mut conn, &broker, n, 0).await?;
             println!("{}: {:.0} msg/s", row.label(), n as f64 / elapsed.as_secs_f64());
             return Ok(());
@@ -342,6 +361,12 @@ fn main() -> BenchResult<()> {
             TARGET_RATIO * 100.0,
             if best >= TARGET_RATIO { "met" } else { "not met" },
             best
+        );
+        let batch = rates[6] / rates[2];
+        println!(
+            "target: batch subscriber >= {:.2} of the hand loop: {} ({batch:.2})",
+            BATCH_TARGET_RATIO,
+            if batch >= BATCH_TARGET_RATIO { "met" } else { "not met" },
         );
         Ok(())
     })

@@ -18,6 +18,7 @@ use syn::{
 };
 
 use crate::ctxt::Ctxt;
+use crate::parse::batch::{BatchArgs, batch_option};
 use crate::parse::code;
 use ruststream_core::{
     BackoffPolicy, BrokerError, CountOption, NameKind, check_name, check_prefetch_covers_workers,
@@ -59,6 +60,7 @@ subscriber_options! {
     max_deliveries: "max_deliveries(n)";
     prefetch: "prefetch(n)";
     backoff: "backoff(fixed(1s))", "backoff(exponential(100ms, 2.0, max = 5min), jitter)";
+    batch: "batch(max = 500, wait = 10ms)";
 }
 
 /// What a descriptor reads, as the constructor it starts with says.
@@ -160,6 +162,11 @@ pub(crate) struct SubscriberArgs {
     pub(crate) prefetch: Option<Count>,
     /// `backoff(..)`, checked: its arguments are all literals.
     pub(crate) backoff: Option<BackoffPolicy>,
+    /// `batch(max = n, wait = d)`, checked: its arguments are literals.
+    pub(crate) batch: Option<BatchArgs>,
+    /// Whether `batch` was given, even with mistakes: the handler is then
+    /// checked as a batch handler.
+    pub(crate) batched: bool,
 }
 
 /// The stream descriptor, and what it reads when that can be told from
@@ -208,6 +215,7 @@ enum OptionName {
     MaxDeliveries(kw::max_deliveries),
     Prefetch(kw::prefetch),
     Backoff(kw::backoff),
+    Batch(kw::batch),
     /// `by_key` on its own: it belongs inside `workers(..)`.
     ByKey(kw::by_key),
     /// Any other word: a misspelt option, or a descriptor method.
@@ -226,6 +234,8 @@ impl OptionName {
             input.parse().map(Self::Prefetch)
         } else if input.peek(kw::backoff) {
             input.parse().map(Self::Backoff)
+        } else if input.peek(kw::batch) {
+            input.parse().map(Self::Batch)
         } else if input.peek(kw::by_key) {
             input.parse().map(Self::ByKey)
         } else if input.peek(Ident::peek_any) {
@@ -243,6 +253,7 @@ impl OptionName {
             Self::MaxDeliveries(_) => "max_deliveries".to_owned(),
             Self::Prefetch(_) => "prefetch".to_owned(),
             Self::Backoff(_) => "backoff".to_owned(),
+            Self::Batch(_) => "batch".to_owned(),
             Self::ByKey(_) => "by_key".to_owned(),
             Self::Other(ident) => ident.unraw().to_string(),
         }
@@ -255,6 +266,7 @@ impl OptionName {
             Self::MaxDeliveries(keyword) => keyword.span,
             Self::Prefetch(keyword) => keyword.span,
             Self::Backoff(keyword) => keyword.span,
+            Self::Batch(keyword) => keyword.span,
             Self::ByKey(keyword) => keyword.span,
             Self::Other(ident) => ident.span(),
         }
@@ -262,7 +274,7 @@ impl OptionName {
 }
 
 /// An option's parenthesised arguments.
-type OptionArgs = (token::Paren, Punctuated<Expr, Token![,]>);
+pub(super) type OptionArgs = (token::Paren, Punctuated<Expr, Token![,]>);
 
 /// One option as written: a name, and its arguments if it has parentheses.
 struct RawOption {
@@ -321,6 +333,8 @@ fn parse_subscriber_args(cx: &Ctxt, input: ParseStream<'_>) -> syn::Result<Optio
         max_deliveries: None,
         prefetch: None,
         backoff: None,
+        batch: None,
+        batched: false,
     };
     let mut seen: Vec<String> = Vec::new();
     for option in options {
@@ -396,6 +410,10 @@ impl SubscriberArgs {
             OptionName::Backoff(keyword) => {
                 self.backoff = backoff(cx, keyword.span, args);
             }
+            OptionName::Batch(keyword) => {
+                self.batched = true;
+                self.batch = batch_option(cx, keyword.span, args);
+            }
             OptionName::ByKey(keyword) => cx.error_at(
                 keyword.span,
                 "`by_key` goes inside `workers`: `workers(8, by_key)`",
@@ -428,6 +446,9 @@ impl SubscriberArgs {
             && let Err(message) = check_prefetch_covers_workers(prefetch, workers)
         {
             cx.error_spanned_by(expr, message);
+        }
+        if let Some(batch) = &self.batch {
+            batch.check_conflicts(cx, self);
         }
     }
 }
@@ -769,7 +790,7 @@ fn single_count(
 }
 
 /// The arguments of an option that needs parentheses; an error if it has none.
-fn expect_args(
+pub(super) fn expect_args(
     cx: &Ctxt,
     option: &str,
     span: Span,

@@ -21,6 +21,9 @@ pub(crate) enum Payload {
     RawSlice,
     /// `Vec<u8>`: a copy of the raw payload, not decoded.
     RawVec,
+    /// A batch handler's `Vec<T>` (or `&[T]`: `lent`), one `T` per entry,
+    /// decoded from JSON (or, `raw`, each entry's bytes: `T` is `Vec<u8>`).
+    Batch { elem: Type, lent: bool, raw: bool },
 }
 
 /// The handler function's signature, as the expansion needs it.
@@ -49,12 +52,18 @@ pub(crate) fn is_method(sig: &Signature) -> bool {
 
 impl Handler {
     /// Checks a `#[subscriber]` function. `reply` is whether the `reply`
-    /// option was given (`None` if the arguments could not be read).
-    pub(crate) fn from_fn(cx: &Ctxt, function: &ItemFn, reply: Option<bool>) -> Option<Handler> {
+    /// option was given (`None` if the arguments could not be read), and
+    /// `batch` whether `batch(..)` was.
+    pub(crate) fn from_fn(
+        cx: &Ctxt,
+        function: &ItemFn,
+        reply: Option<bool>,
+        batch: bool,
+    ) -> Option<Handler> {
         check_attrs(cx, function);
         let sig = &function.sig;
         let declared = check_kind(cx, sig);
-        let (payload, context) = check_params(cx, sig, &declared);
+        let (payload, context) = check_params(cx, sig, &declared, batch);
         let output = check_output(cx, sig, reply);
         Some(Handler {
             payload: payload?,
@@ -114,7 +123,12 @@ fn check_kind<'a>(cx: &Ctxt, sig: &'a Signature) -> Vec<&'a Lifetime> {
 
 /// Checks the parameters: the payload (its kind, if it is one), then
 /// whether the context follows.
-fn check_params(cx: &Ctxt, sig: &Signature, declared: &[&Lifetime]) -> (Option<Payload>, bool) {
+fn check_params(
+    cx: &Ctxt,
+    sig: &Signature,
+    declared: &[&Lifetime],
+    batch: bool,
+) -> (Option<Payload>, bool) {
     let mut payload = None;
     let mut context = false;
     let mut context_first = false;
@@ -136,10 +150,19 @@ fn check_params(cx: &Ctxt, sig: &Signature, declared: &[&Lifetime]) -> (Option<P
         check_param_name(cx, &sig.ident, &arg.pat);
         typed += 1;
         match typed {
+            1 if batch => {
+                payload = super::batch::batch_payload(cx, &arg.ty, |elem| {
+                    owned(cx, elem, declared)
+                });
+            }
             1 => {
                 payload = payload_of(cx, &arg.ty, declared);
                 context_first = is_context(&arg.ty) || is_context_ref(&arg.ty);
             }
+            2 if batch => cx.error_spanned_by(
+                arg,
+                "a `batch` subscriber takes only its entries, `Vec<T>` or `&[T]`: there is no one context for a batch",
+            ),
             // After the context came first, the payload is likely second:
             // one error for the swap is enough.
             2 if context_first => {}
@@ -286,7 +309,7 @@ fn is_context_ref(ty: &Type) -> bool {
 }
 
 /// Whether `ty` is `u8`.
-fn is_u8(ty: &Type) -> bool {
+pub(super) fn is_u8(ty: &Type) -> bool {
     matches!(ty, Type::Path(TypePath { qself: None, path }) if path.is_ident("u8"))
 }
 

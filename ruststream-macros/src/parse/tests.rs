@@ -197,7 +197,7 @@ fn option_errors() {
 fn handler_errors(function: TokenStream, reply: bool) -> (Option<Handler>, Vec<String>) {
     let function: ItemFn = syn::parse2(function).expect("a function");
     let cx = Ctxt::new();
-    let handler = Handler::from_fn(&cx, &function, Some(reply));
+    let handler = Handler::from_fn(&cx, &function, Some(reply), false);
     let errors = match cx.check() {
         Ok(()) => Vec::new(),
         Err(error) => error.into_iter().map(|e| e.to_string()).collect(),
@@ -581,13 +581,26 @@ fn messages_list_every_option_and_constructor() {
     assert_eq!(
         options_list(),
         "`workers(n)`, `workers(n, by_key)`, `reply`, `max_deliveries(n)`, `prefetch(n)`, \
-         `backoff(fixed(1s))` or `backoff(exponential(100ms, 2.0, max = 5min), jitter)`"
+         `backoff(fixed(1s))`, `backoff(exponential(100ms, 2.0, max = 5min), jitter)` or \
+         `batch(max = 500, wait = 10ms)`"
     );
     assert_eq!(
         constructors_list(),
         "`RedisStream::new(..)`, `RedisStream::claiming(..)` or `RedisStream::reclaim(..)`"
     );
     assert_eq!(or_list(["a".to_owned()]), "a");
+}
+
+#[test]
+fn batch_reads_max_and_wait() {
+    let args = args_of(quote::quote!(
+        RedisStream::new("s").group("g"),
+        batch(wait = 2s, max = 64)
+    ));
+    let batch = args.batch.expect("batch");
+    assert_eq!(batch.max, 64);
+    assert_eq!(batch.wait, std::time::Duration::from_secs(2));
+    assert!(args.batched);
 }
 
 #[test]

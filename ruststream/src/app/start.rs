@@ -217,6 +217,9 @@ impl Plan {
         if let Err(detail) = counts.validate() {
             return Err(invalid(detail));
         }
+        if let Some(detail) = batch_conflict(&subscription) {
+            return Err(invalid(detail));
+        }
         let consumer = match subscription.stream.consumer_name() {
             Some(name) => name.to_owned(),
             None => {
@@ -299,4 +302,19 @@ fn describe(info: &SubscriberInfo, subscription: &Subscription) -> String {
         subscription.stream.stream_name(),
         subscription.stream.group_name().unwrap_or("<none>"),
     )
+}
+
+/// What a subscription's `batch(..)` cannot be combined with (the macro
+/// refuses the same at compile time; a hand-built `Subscription` is checked
+/// here): `by_key` lanes, and a `prefetch` under one batch.
+fn batch_conflict(subscription: &Subscription) -> Option<String> {
+    let batch = subscription.batch?;
+    if batch.max == 0 {
+        return Some("`batch(max = 0)`: a batch holds at least one entry".into());
+    }
+    if subscription.by_key {
+        return Some(ruststream_core::BATCH_WITH_BY_KEY.into());
+    }
+    let prefetch = subscription.prefetch?;
+    ruststream_core::check_prefetch_covers_batch(prefetch as u64, batch.max as u64).err()
 }

@@ -50,9 +50,18 @@ pub(super) async fn drive<S: Subscriber>(
     last_read: &LastRead,
 ) {
     // The future a lane's slot holds. The task enters the delivery's span
-    // around every poll of it (see `Pipeline::delivery_span`).
-    let make = |delivery| pipeline.handle(delivery);
-    Driver::new(pipeline, outbox, last_read, make).run().await;
+    // around every poll of it (see `Pipeline::delivery_span`). A batch
+    // subscriber's lanes each hold one entry of a batch (`batch.rs`).
+    match &pipeline.batches {
+        None => {
+            let make = |delivery| pipeline.handle(delivery);
+            Driver::new(pipeline, outbox, last_read, make).run().await;
+        }
+        Some(batches) => {
+            let make = |delivery| pipeline.in_batch(batches, delivery);
+            Driver::new(pipeline, outbox, last_read, make).run().await;
+        }
+    }
 }
 
 /// What woke the task.
@@ -129,7 +138,7 @@ where
             outbox,
             make,
             lanes: Lanes::new(
-                env.subscription.workers.max(1),
+                env.subscription.lanes(),
                 env.subscription.by_key,
                 env.observer.is_some(),
             ),

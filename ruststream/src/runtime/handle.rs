@@ -35,6 +35,9 @@ macro_rules! report {
 pub(super) struct Pipeline<S> {
     pub(super) subscriber: Arc<S>,
     pub(super) env: Env,
+    /// A batch subscriber's batches (`batch(..)`); `None`: one entry at a
+    /// time.
+    pub(super) batches: Option<super::batch::Batches>,
 }
 
 impl<S: Subscriber> Pipeline<S> {
@@ -152,10 +155,7 @@ impl<S: Subscriber> Pipeline<S> {
     pub(super) async fn handle(&self, delivery: Delivery) -> Decided {
         let delivery = &delivery;
         let env = &self.env;
-        let id = delivery.id();
-        if delivery.delivery_count >= env.readiness.poison_deliveries {
-            env.counters.signals.poison_seen(id);
-        }
+        self.note_delivery(delivery);
         let outcome = {
             let mut ctx = Context::new(
                 delivery,
@@ -167,12 +167,33 @@ impl<S: Subscriber> Pipeline<S> {
             self.subscriber.handle(&mut ctx).await
         };
         match outcome {
+            Settle::Reply { stream, payload } => {
+                self.publish_reply(delivery, stream, payload).await
+            }
+            other => self.decide(&Started::of(delivery), other),
+        }
+    }
+
+    /// What the runtime notes of every delivery before its handler runs:
+    /// one delivered as often as readiness calls a poison loop.
+    pub(super) fn note_delivery(&self, delivery: &Delivery) {
+        if delivery.delivery_count >= self.env.readiness.poison_deliveries {
+            self.env.counters.signals.poison_seen(delivery.id());
+        }
+    }
+
+    /// How to settle `entry` as its handler decided (a reply is published
+    /// first, by [`Pipeline::handle`]; a reply here is a bug and retried).
+    pub(super) fn decide(&self, entry: &Started, outcome: Settle) -> Decided {
+        let env = &self.env;
+        let id = entry.id;
+        match outcome {
             Settle::Outcome(HandlerOutcome::Ack) => {
                 Decided::new(Decision::Ack(id), Settlement::Acked)
             }
             Settle::Outcome(HandlerOutcome::Retry) => {
                 tracing::debug!("handler asked for a retry");
-                self.retry(id, delivery.delivery_count, None)
+                self.retry(id, entry.delivery_count, None)
             }
             Settle::Outcome(HandlerOutcome::RetryAfter(delay)) => {
                 tracing::debug!(?delay, "handler asked for a retry after a delay");
@@ -182,7 +203,7 @@ impl<S: Subscriber> Pipeline<S> {
             Settle::Outcome(HandlerOutcome::DeadLetter(reason)) => {
                 report!(
                     self,
-                    delivery,
+                    entry,
                     warn!(%reason, "handler dead-lettered the entry")
                 );
                 Decided::dead(id, reason)
@@ -191,16 +212,16 @@ impl<S: Subscriber> Pipeline<S> {
                 env.counters.handler_failed(ErrorKind::Error);
                 report!(
                     self,
-                    delivery,
+                    entry,
                     warn!(%error, "handler failed; entry will be retried")
                 );
-                self.retry(id, delivery.delivery_count, Some(error))
+                self.retry(id, entry.delivery_count, Some(error))
             }
             Settle::Undecodable(error) => {
                 env.counters.handler_failed(ErrorKind::Decode);
                 report!(
                     self,
-                    delivery,
+                    entry,
                     warn!(%error, "payload cannot be decoded; entry dead-lettered")
                 );
                 Decided::dead(id, error)
@@ -210,13 +231,17 @@ impl<S: Subscriber> Pipeline<S> {
             Settle::ReplyUnencodable(error) => {
                 report!(
                     self,
-                    delivery,
+                    entry,
                     error!(%error, "reply cannot be encoded; entry dead-lettered")
                 );
                 Decided::dead(id, format!("reply cannot be encoded: {error}"))
             }
-            Settle::Reply { stream, payload } => {
-                self.publish_reply(delivery, stream, payload).await
+            Settle::Reply { stream, .. } => {
+                let error = format!(
+                    "a reply to {stream:?} reached the settling of an entry that cannot publish it"
+                );
+                report!(self, entry, error!(%error, "entry will be retried"));
+                self.retry(id, entry.delivery_count, Some(error))
             }
         }
     }
@@ -228,7 +253,12 @@ impl<S: Subscriber> Pipeline<S> {
     /// The delay comes from the delivery count the broker keeps, not from
     /// state here, so it is the same after a restart or on another
     /// consumer (`docs/semantics.md`, Outcomes).
-    fn retry(&self, id: EntryId, delivery_count: u32, reason: Option<String>) -> Decided {
+    pub(super) fn retry(
+        &self,
+        id: EntryId,
+        delivery_count: u32,
+        reason: Option<String>,
+    ) -> Decided {
         Counters::add(&self.env.counters.retried, 1);
         if let Some(policy) = &self.env.subscription.backoff {
             let delay = policy.delay(id, delivery_count);

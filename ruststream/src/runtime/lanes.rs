@@ -43,6 +43,15 @@ pub(super) struct Started {
 }
 
 impl Started {
+    /// What is kept of `delivery` (not from a lane's own queue).
+    pub(super) fn of(delivery: &Delivery) -> Self {
+        Started {
+            id: delivery.id(),
+            delivery_count: delivery.delivery_count,
+            keyed: false,
+        }
+    }
+
     /// As [`Delivery::id`], so that `report!` takes either.
     pub(super) fn id(&self) -> EntryId {
         self.id

@@ -14,6 +14,8 @@
 //! - `lanes`: the lanes entries wait and run on (`workers(n)`, `by_key`);
 //! - `handle`: running a handler on a delivery and deciding how to settle
 //!   it;
+//! - `batch`: a batch subscriber's batches, gathered from its lanes' entries
+//!   and run on `workers` at once;
 //! - `settle`: decisions on their way to the broker, batched, and applied
 //!   again until they land;
 //! - `window`: the adaptive read-ahead (how much one read asks for);
@@ -26,6 +28,7 @@
 //! - `backoff`: jittered exponential backoff.
 
 mod backoff;
+mod batch;
 mod claims;
 mod driver;
 mod handle;
@@ -109,6 +112,9 @@ pub(crate) async fn run_subscription<S: Subscriber>(subscriber: Arc<S>, env: Env
     let pipeline = handle::Pipeline {
         subscriber,
         env: env.clone(),
+        batches: env.subscription.batch.map(|batch| {
+            batch::Batches::new(batch, env.subscription.workers, Arc::clone(&env.counters))
+        }),
     };
     let span = tracing::debug_span!("subscription", subscriber = env.name);
     let drive = async {

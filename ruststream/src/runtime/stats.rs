@@ -100,12 +100,14 @@ impl Counters {
         }
     }
 
-    /// Sets how many entries wait on `by_key` lanes for a retry's delay.
+    /// Sets how many entries wait on the clock: on `by_key` lanes for a
+    /// retry's delay, or in a batch still gathering (`batch.rs`).
     pub(super) fn set_held(&self, n: u64) {
         self.held.store(n, Ordering::SeqCst);
     }
 
-    /// Entries held on `by_key` lanes, waiting for a retry's delay.
+    /// Entries waiting on the clock: held on `by_key` lanes for a retry's
+    /// delay, or in a batch still gathering.
     pub(crate) fn held(&self) -> u64 {
         self.held.load(Ordering::SeqCst)
     }

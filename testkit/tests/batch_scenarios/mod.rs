@@ -1,0 +1,419 @@
+//! Batch subscribers (`docs/batches.md`), one scenario per rule, written
+//! once for every broker: `batch_memory.rs` runs them on the memory broker
+//! on tokio's paused clock, `batch_redis.rs` on a Redis server in real
+//! time. Each scenario has its own stream and subscriber; stream names
+//! carry the test binary's prefix ([`set_prefix`]).
+//!
+//! Waiting is [`until`]: a condition polled with 1 ms sleeps on tokio's
+//! clock, which on the paused clock moves only when the app is idle. Times
+//! a scenario asserts are the tokio instants its handlers recorded.
+
+#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ruststream::prelude::*;
+use ruststream::{Handled, Message, Observer, Running, Settlement};
+use tokio::time::Instant;
+
+/// What every batch subscriber here takes.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
+#[outgoing(name = "jobs")]
+pub struct Job {
+    pub n: u64,
+}
+
+static PREFIX: OnceLock<String> = OnceLock::new();
+
+/// Sets the prefix of every stream name (once per test binary).
+pub fn set_prefix(prefix: String) {
+    let _ = PREFIX.set(prefix);
+}
+
+/// The stream of scenario `name`.
+pub fn stream(name: &str) -> String {
+    format!("{}batch-{name}", PREFIX.get().map_or("", String::as_str))
+}
+
+const GROUP: &str = "batch";
+
+/// The batches one handler ran: the jobs of each, and when it ran.
+type Batches = Mutex<Vec<(Vec<u64>, Instant)>>;
+
+fn record(batches: &Batches, jobs: &[Job]) {
+    let ns = jobs.iter().map(|job| job.n).collect();
+    batches.lock().unwrap().push((ns, Instant::now()));
+}
+
+fn ran(batches: &Batches) -> Vec<(Vec<u64>, Instant)> {
+    batches.lock().unwrap().clone()
+}
+
+fn handled(batches: &Batches) -> usize {
+    ran(batches).iter().map(|(ns, _)| ns.len()).sum()
+}
+
+/// Every settlement the runtime reported: the payload, how it settled.
+#[derive(Default)]
+struct Settled(Mutex<Vec<(Vec<u8>, Settlement)>>);
+
+impl Observer for Settled {
+    fn handled(&self, event: &Handled<'_>) {
+        let payload = event.delivery.entry.payload().to_vec();
+        let settlement = event.settlement.clone();
+        self.0.lock().unwrap().push((payload, settlement));
+    }
+}
+
+impl Settled {
+    fn all(&self) -> Vec<(Vec<u8>, Settlement)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Polls `cond` every millisecond of tokio's clock, for at most 20 s.
+pub async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+async fn publish<B: Broker + Clone>(broker: &B, stream: &str, ns: impl IntoIterator<Item = u64>) {
+    let publisher = Publisher::new(Arc::new(broker.clone()));
+    for n in ns {
+        publisher.publish(&Job { n }).to(stream).await.unwrap();
+    }
+}
+
+async fn start<B: Broker + Clone>(
+    broker: &B,
+    observer: &Arc<Settled>,
+    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
+) -> Running {
+    RustStream::new(AppInfo::new("batches", "0"))
+        .with_broker(broker.clone(), include)
+        .observe(Arc::clone(observer) as Arc<dyn Observer>)
+        .start()
+        .await
+        .expect("app starts")
+}
+
+/// Starts an app on `broker` with what `include` adds, observed; waits
+/// until `batches` has seen `n` entries and the group has settled
+/// everything on `stream`. Returns the app and what it settled.
+async fn run_until_handled<B: Broker + Clone>(
+    broker: &B,
+    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
+    batches: &Batches,
+    n: usize,
+    stream: &str,
+) -> (Running, Vec<(Vec<u8>, Settlement)>) {
+    let observer = Arc::new(Settled::default());
+    let app = start(broker, &observer, include).await;
+    until(&format!("{n} entries handled"), async || {
+        handled(batches) == n
+    })
+    .await;
+    until_settled(broker, stream).await;
+    (app, observer.all())
+}
+
+/// Writes one test per scenario: `#[$test] async fn NAME()` running it on
+/// `$broker`.
+macro_rules! batch_scenario_tests {
+    (#[$test:meta] $broker:expr) => {
+        batch_scenarios::batch_scenario_tests!(
+            @each #[$test] $broker;
+            all_ack,
+            per_entry_outcomes,
+            length_mismatch_retries_the_batch,
+            undecodable_entry_is_dead_lettered_alone,
+            wait_flushes_a_partial_batch
+        );
+    };
+    (@each #[$test:meta] $broker:expr; $($name:ident),+) => {
+        $(
+            #[$test]
+            async fn $name() {
+                batch_scenarios::$name($broker).await;
+            }
+        )+
+    };
+}
+pub(crate) use batch_scenario_tests;
+
+/// Waits until the group has settled everything: nothing pending, nothing
+/// left to read.
+async fn until_settled<B: Broker>(broker: &B, stream: &str) {
+    until("the group settles everything", async || {
+        let info = broker.group_info(stream, GROUP).await.unwrap();
+        info.pending == 0 && info.lag == 0
+    })
+    .await;
+}
+
+const WAIT: Duration = Duration::from_millis(200);
+
+// ---- all ack: full batches run at once, the rest after `wait` ------------
+
+static ACK: Batches = Mutex::new(Vec::new());
+
+#[subscriber(
+    RedisStream::new(stream("ack")).group(GROUP).start_id(StreamStart::Beginning),
+    batch(max = 4, wait = 200ms)
+)]
+async fn ack_all(jobs: Vec<Job>) {
+    record(&ACK, &jobs);
+}
+
+/// Ten entries, batches of four: two full batches, then two entries after
+/// the wait, all acked, in stream order.
+pub async fn all_ack<B: Broker + Clone>(broker: B) {
+    let stream = stream("ack");
+    publish(&broker, &stream, 0..10).await;
+    let published = Instant::now();
+    let include = |b: &mut ruststream::BrokerScope<'_>| {
+        b.include(ack_all);
+    };
+    let (app, settled) = run_until_handled(&broker, include, &ACK, 10, &stream).await;
+    let batches = ran(&ACK);
+    let sizes: Vec<usize> = batches.iter().map(|(ns, _)| ns.len()).collect();
+    assert_eq!(sizes, [4, 4, 2], "{batches:?}");
+    let order: Vec<u64> = batches.iter().flat_map(|(ns, _)| ns.clone()).collect();
+    assert_eq!(order, (0..10).collect::<Vec<_>>(), "stream order");
+    let (_, last) = batches[2];
+    assert!(
+        last - published >= WAIT,
+        "the partial batch waited {WAIT:?}"
+    );
+    assert_eq!(settled.len(), 10);
+    assert!(
+        settled.iter().all(|(_, s)| *s == Settlement::Acked),
+        "{settled:?}"
+    );
+    let stats = app.stats().await;
+    assert_eq!(stats.len(), 1);
+    assert_eq!(stats[0].delivered, 10, "stats count entries, not batches");
+    assert_eq!(stats[0].acked, 10);
+    app.shutdown().await;
+}
+
+// ---- per-entry outcomes: ack, retry, retry after a delay, dead letter ----
+
+static EACH: Batches = Mutex::new(Vec::new());
+static EACH_SEEN: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+
+/// The first time `n` is seen.
+fn first_time(n: u64) -> bool {
+    EACH_SEEN
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashSet::new)
+        .insert(n)
+}
+
+const DELAY: Duration = Duration::from_millis(300);
+
+#[subscriber(
+    RedisStream::new(stream("each")).group(GROUP).start_id(StreamStart::Beginning),
+    batch(max = 6, wait = 200ms)
+)]
+async fn each_outcome(jobs: &[Job]) -> Vec<HandlerOutcome> {
+    record(&EACH, jobs);
+    jobs.iter()
+        .map(|job| match (job.n, first_time(job.n)) {
+            (1 | 4, _) => HandlerOutcome::dead_letter(format!("job {} refused", job.n)),
+            (2, true) => HandlerOutcome::retry(),
+            (5, true) => HandlerOutcome::retry_after(DELAY),
+            _ => HandlerOutcome::ack(),
+        })
+        .collect()
+}
+
+/// Six entries in one batch, each settled as its own element says: two
+/// dead-lettered, one retried at once (a copy, on a `new` subscription),
+/// one retried after a delay, the rest acked.
+pub async fn per_entry_outcomes<B: Broker + Clone>(broker: B) {
+    let stream = stream("each");
+    publish(&broker, &stream, 0..6).await;
+    let include = |b: &mut ruststream::BrokerScope<'_>| {
+        b.include(each_outcome);
+    };
+    let (app, settled) = run_until_handled(&broker, include, &EACH, 8, &stream).await;
+    let batches = ran(&EACH);
+    assert_eq!(batches[0].0, [0, 1, 2, 3, 4, 5], "{batches:?}");
+    let again: Vec<u64> = batches[1..].iter().flat_map(|(ns, _)| ns.clone()).collect();
+    assert_eq!(again, [2, 5], "the retried jobs come back: {batches:?}");
+    let (_, first) = batches[0];
+    let (_, delayed) = batches.last().unwrap();
+    assert!(*delayed - first >= DELAY, "retry_after waits its delay");
+    let dead = broker
+        .dead_letters(&stream, GROUP, EntryId::ZERO, 10)
+        .await
+        .unwrap();
+    let mut reasons: Vec<&str> = dead.iter().map(|d| d.reason.as_str()).collect();
+    reasons.sort_unstable();
+    assert_eq!(reasons, ["job 1 refused", "job 4 refused"]);
+    let count = |want: fn(&Settlement) -> bool| settled.iter().filter(|(_, s)| want(s)).count();
+    assert_eq!(count(|s| *s == Settlement::Acked), 4, "{settled:?}");
+    assert_eq!(count(|s| matches!(s, Settlement::Retried { .. })), 1);
+    assert_eq!(count(|s| *s == Settlement::RetriedAfter(DELAY)), 1);
+    assert_eq!(count(|s| matches!(s, Settlement::DeadLettered { .. })), 2);
+    app.shutdown().await;
+}
+
+// ---- a per-entry list of the wrong length retries the whole batch --------
+
+static MISMATCH: Batches = Mutex::new(Vec::new());
+static MISMATCHED: AtomicBool = AtomicBool::new(false);
+
+#[subscriber(
+    RedisStream::new(stream("mismatch")).group(GROUP).start_id(StreamStart::Beginning),
+    batch(max = 3, wait = 200ms)
+)]
+async fn mismatched(jobs: Vec<Job>) -> Vec<HandlerOutcome> {
+    record(&MISMATCH, &jobs);
+    if MISMATCHED.swap(true, Ordering::SeqCst) {
+        jobs.iter().map(|_| HandlerOutcome::ack()).collect()
+    } else {
+        vec![HandlerOutcome::ack()]
+    }
+}
+
+/// A batch of three answered with one outcome: every entry of it is
+/// retried with an error that says so, and then acked.
+pub async fn length_mismatch_retries_the_batch<B: Broker + Clone>(broker: B) {
+    let stream = stream("mismatch");
+    publish(&broker, &stream, 0..3).await;
+    let include = |b: &mut ruststream::BrokerScope<'_>| {
+        b.include(mismatched);
+    };
+    let (app, settled) = run_until_handled(&broker, include, &MISMATCH, 6, &stream).await;
+    let batches = ran(&MISMATCH);
+    assert_eq!(batches.len(), 2, "{batches:?}");
+    assert_eq!(batches[0].0, [0, 1, 2]);
+    assert_eq!(batches[1].0, [0, 1, 2], "the whole batch again");
+    let retried: Vec<&String> = settled
+        .iter()
+        .filter_map(|(_, s)| match s {
+            Settlement::Retried {
+                reason: Some(reason),
+            } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retried.len(), 3, "{settled:?}");
+    for reason in retried {
+        assert!(
+            reason.contains("the batch handler returned 1 outcomes for 3 entries"),
+            "{reason}"
+        );
+    }
+    assert_eq!(
+        settled
+            .iter()
+            .filter(|(_, s)| *s == Settlement::Acked)
+            .count(),
+        3
+    );
+    assert!(
+        broker
+            .dead_letters(&stream, GROUP, EntryId::ZERO, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    app.shutdown().await;
+}
+
+// ---- a payload that does not decode is dead-lettered alone ---------------
+
+static DECODE: Batches = Mutex::new(Vec::new());
+
+#[subscriber(
+    RedisStream::new(stream("decode")).group(GROUP).start_id(StreamStart::Beginning),
+    batch(max = 3, wait = 200ms)
+)]
+async fn decoding(jobs: Vec<Job>) -> HandlerOutcome {
+    record(&DECODE, &jobs);
+    HandlerOutcome::ack()
+}
+
+/// A batch of two jobs and one entry that is not a job: the handler runs
+/// on the two, which are acked; the third is dead-lettered with the decode
+/// error.
+pub async fn undecodable_entry_is_dead_lettered_alone<B: Broker + Clone>(broker: B) {
+    let stream = stream("decode");
+    publish(&broker, &stream, [0]).await;
+    let bad = broker
+        .publish(&stream, Message::new(b"not a job".to_vec()))
+        .await
+        .unwrap();
+    publish(&broker, &stream, [2]).await;
+    let include = |b: &mut ruststream::BrokerScope<'_>| {
+        b.include(decoding);
+    };
+    let (app, settled) = run_until_handled(&broker, include, &DECODE, 2, &stream).await;
+    assert_eq!(ran(&DECODE)[0].0, [0, 2]);
+    let dead = broker
+        .dead_letters(&stream, GROUP, EntryId::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].id(), bad);
+    assert!(
+        dead[0].reason.starts_with("cannot decode the payload as"),
+        "{}",
+        dead[0].reason
+    );
+    let acked = settled
+        .iter()
+        .filter(|(_, s)| *s == Settlement::Acked)
+        .count();
+    assert_eq!(acked, 2);
+    app.shutdown().await;
+}
+
+// ---- the wait flushes a partial batch -------------------------------------
+
+static PARTIAL: Batches = Mutex::new(Vec::new());
+
+#[subscriber(
+    RedisStream::new(stream("partial")).group(GROUP).start_id(StreamStart::Beginning),
+    batch(max = 100, wait = 200ms)
+)]
+async fn partial(jobs: Vec<Job>) {
+    record(&PARTIAL, &jobs);
+}
+
+/// Three entries for a batch of a hundred: they run together once the
+/// wait has passed since the first arrived, not before.
+pub async fn wait_flushes_a_partial_batch<B: Broker + Clone>(broker: B) {
+    let stream = stream("partial");
+    publish(&broker, &stream, 0..3).await;
+    let published = Instant::now();
+    let include = |b: &mut ruststream::BrokerScope<'_>| {
+        b.include(partial);
+    };
+    let (app, settled) = run_until_handled(&broker, include, &PARTIAL, 3, &stream).await;
+    let batches = ran(&PARTIAL);
+    assert_eq!(batches.len(), 1, "{batches:?}");
+    assert_eq!(batches[0].0, [0, 1, 2]);
+    assert!(
+        batches[0].1 - published >= WAIT,
+        "ran {:?} after publishing, before the wait",
+        batches[0].1 - published
+    );
+    assert!(
+        settled.iter().all(|(_, s)| *s == Settlement::Acked),
+        "{settled:?}"
+    );
+    app.shutdown().await;
+}
