@@ -238,8 +238,12 @@ impl<'a> Reader<'a> {
     }
 
     fn string(&mut self, what: &str) -> Result<String, String> {
+        Ok(self.str(what)?.to_owned())
+    }
+
+    fn str(&mut self, what: &str) -> Result<&'a str, String> {
         let bytes = self.bytes(what)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+        std::str::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))
     }
 
     fn ids(&mut self, what: &str) -> Result<Vec<EntryId>, String> {
@@ -316,15 +320,31 @@ pub(crate) fn message_len(message: &Message) -> usize {
         .saturating_add(message.payload.len())
 }
 
-/// A decoded entry.
-pub(crate) struct DecodedEntry {
-    pub(crate) id: EntryId,
-    pub(crate) message: Arc<Message>,
-    pub(crate) copy: Option<Arc<CopyOf>>,
+/// Decodes an entry frame's body: its message (headers and payload).
+pub(crate) fn read_entry(body: &[u8]) -> Result<Message, String> {
+    let (_, _, message) = parse_entry(body, true)?;
+    message.ok_or_else(|| "no message decoded".to_owned())
 }
 
-/// Decodes an entry frame's body.
-pub(crate) fn read_entry(body: &[u8]) -> Result<DecodedEntry, String> {
+/// Checks an entry frame's body whole and returns its id and retry-copy
+/// marker, copying nothing of its message (what opening needs: payloads
+/// stay on disk).
+pub(crate) fn read_entry_key(body: &[u8]) -> Result<(EntryId, Option<Arc<CopyOf>>), String> {
+    let (id, copy, _) = parse_entry(body, false)?;
+    Ok((id, copy))
+}
+
+/// The id of an entry frame's body, without decoding the rest.
+pub(crate) fn entry_id(body: &[u8]) -> Result<EntryId, String> {
+    Reader::new(body).id("the entry id")
+}
+
+/// Decodes an entry frame's body; the message only with `message` (else
+/// its headers and payload are checked and skipped).
+fn parse_entry(
+    body: &[u8],
+    message: bool,
+) -> Result<(EntryId, Option<Arc<CopyOf>>, Option<Message>), String> {
     let mut r = Reader::new(body);
     let id = r.id("the entry id")?;
     let copy = match r.u8("the copy flag")? {
@@ -342,17 +362,22 @@ pub(crate) fn read_entry(body: &[u8]) -> Result<DecodedEntry, String> {
     let count = r.u32("the header count")?;
     let mut headers = Headers::new();
     for _ in 0..count {
-        let k = r.string("a header name")?;
-        let v = r.string("a header value")?;
-        headers.insert(k, v);
+        if message {
+            let k = r.string("a header name")?;
+            let v = r.string("a header value")?;
+            headers.insert(k, v);
+        } else {
+            r.str("a header name")?;
+            r.str("a header value")?;
+        }
     }
-    let payload = r.bytes("the payload")?.to_vec();
+    let payload = r.bytes("the payload")?;
     r.finish("the entry")?;
-    Ok(DecodedEntry {
-        id,
-        message: Arc::new(Message { headers, payload }),
-        copy,
-    })
+    let message = message.then(|| Message {
+        headers,
+        payload: payload.to_vec(),
+    });
+    Ok((id, copy, message))
 }
 
 // ---- changes ------------------------------------------------------------------
@@ -640,10 +665,10 @@ mod tests {
             panic!("frame")
         };
         assert_eq!((kind, len), (KIND_ENTRY, out.len()));
-        let e = read_entry(body).unwrap();
-        assert_eq!(e.id, EntryId::new(5, 6));
-        assert_eq!(*e.message, message);
-        assert_eq!(e.copy.as_deref(), Some(&copy));
+        assert_eq!(read_entry(body).unwrap(), message);
+        let (id, copied) = read_entry_key(body).unwrap();
+        assert_eq!(id, EntryId::new(5, 6));
+        assert_eq!(copied.as_deref(), Some(&copy));
     }
 
     #[test]

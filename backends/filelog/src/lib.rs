@@ -75,6 +75,7 @@
 mod format;
 mod lock;
 mod options;
+mod payloads;
 mod recover;
 mod store;
 mod sync;
