@@ -322,21 +322,52 @@ pub(crate) fn message_len(message: &Message) -> usize {
 
 /// Decodes an entry frame's body: its message (headers and payload).
 pub(crate) fn read_entry(body: &[u8]) -> Result<Message, String> {
+    if let Some(payload) = plain_payload(body) {
+        return Ok(Message::new(payload.to_vec()));
+    }
     let (_, _, message) = parse_entry(body, true)?;
     message.ok_or_else(|| "no message decoded".to_owned())
+}
+
+/// The payload of an entry that is no retry copy and has no headers (the
+/// common case, decoded without the general walk), or `None`.
+fn plain_payload(body: &[u8]) -> Option<&[u8]> {
+    const PAYLOAD_AT: usize = 16 + 1 + 4 + 4;
+    let rest = body.get(16..PAYLOAD_AT)?;
+    if rest[..5] != [0; 5] {
+        return None;
+    }
+    let len = u32::from_le_bytes([rest[5], rest[6], rest[7], rest[8]]) as usize;
+    body.get(PAYLOAD_AT..)
+        .filter(|payload| payload.len() == len)
 }
 
 /// Checks an entry frame's body whole and returns its id and retry-copy
 /// marker, copying nothing of its message (what opening needs: payloads
 /// stay on disk).
 pub(crate) fn read_entry_key(body: &[u8]) -> Result<(EntryId, Option<Arc<CopyOf>>), String> {
+    if plain_payload(body).is_some() {
+        return Ok((entry_id(body)?, None));
+    }
     let (id, copy, _) = parse_entry(body, false)?;
     Ok((id, copy))
 }
 
 /// The id of an entry frame's body, without decoding the rest.
 pub(crate) fn entry_id(body: &[u8]) -> Result<EntryId, String> {
-    Reader::new(body).id("the entry id")
+    match body.get(..16) {
+        Some(b) => {
+            let mut ms = [0u8; 8];
+            let mut seq = [0u8; 8];
+            ms.copy_from_slice(&b[..8]);
+            seq.copy_from_slice(&b[8..]);
+            Ok(EntryId::new(
+                u64::from_le_bytes(ms),
+                u64::from_le_bytes(seq),
+            ))
+        }
+        None => Err("record ends inside the entry id".to_owned()),
+    }
 }
 
 /// Decodes an entry frame's body; the message only with `message` (else

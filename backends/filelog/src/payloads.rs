@@ -46,6 +46,8 @@ struct Next {
     path: PathBuf,
     at: u64,
     last: EntryId,
+    /// The sparse-index point at or before `at`.
+    slot: usize,
 }
 
 /// Whether two paths are the same bytes (cheaper than comparing them
@@ -93,17 +95,29 @@ impl Payloads {
                     format!("entry {id} is in no segment of this stream's directory"),
                 )
             })?;
-        let p = segment.index.partition_point(|(first, _)| *first <= id);
-        let mut at = p
-            .checked_sub(1)
-            .and_then(|p| segment.index.get(p))
-            .map_or(format::FILE_HEADER_LEN as u64, |(_, offset)| *offset);
-        if let Some(next) = &self.next
-            && next.last < id
-            && same(&next.path, &segment.path)
-        {
-            at = at.max(next.at);
-        }
+        // Reading on from the last entry read, unless the index has a
+        // point past it and still at or before `id`.
+        let hint = self.next.as_ref().filter(|next| {
+            next.last < id
+                && segment
+                    .index
+                    .get(next.slot + 1)
+                    .is_none_or(|(first, _)| *first > id)
+                && same(&next.path, &segment.path)
+        });
+        let (mut at, slot) = match hint {
+            Some(next) => (next.at, next.slot),
+            None => {
+                let p = segment.index.partition_point(|(first, _)| *first <= id);
+                let slot = p.saturating_sub(1);
+                let at = segment
+                    .index
+                    .get(slot)
+                    .filter(|_| p > 0)
+                    .map_or(format::FILE_HEADER_LEN as u64, |(_, offset)| *offset);
+                (at, slot)
+            }
+        };
         loop {
             if at >= segment.bytes {
                 return Err(corrupt(
@@ -119,12 +133,14 @@ impl Payloads {
                     Some(next) if same(&next.path, &segment.path) => {
                         next.at = at;
                         next.last = id;
+                        next.slot = slot;
                     }
                     _ => {
                         self.next = Some(Next {
                             path: segment.path.clone(),
                             at,
                             last: id,
+                            slot,
                         });
                     }
                 }

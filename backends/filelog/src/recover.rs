@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -53,20 +54,36 @@ fn corrupt(path: &Path, offset: u64, detail: impl Into<String>) -> BrokerError {
 /// Reads a whole file and checks its header. A file shorter than its
 /// header (a crash while it was being created) gets a fresh header.
 fn read_file(path: &Path, tag: &[u8; 6], access: Access) -> BrokerResult<Vec<u8>> {
-    let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
+    let mut bytes = Vec::new();
+    read_file_into(path, tag, access, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_file`] into `bytes` (a buffer reused from file to file).
+fn read_file_into(
+    path: &Path,
+    tag: &[u8; 6],
+    access: Access,
+    bytes: &mut Vec<u8>,
+) -> BrokerResult<()> {
+    bytes.clear();
+    fs::File::open(path)
+        .and_then(|mut file| file.read_to_end(bytes))
+        .map_err(|e| io_error(path, e))?;
     if bytes.len() < format::FILE_HEADER_LEN
         && tag[..bytes.len().min(6)] == bytes[..bytes.len().min(6)]
     {
+        bytes.clear();
+        bytes.extend_from_slice(&format::file_header(tag));
         if access == Access::ReadOnly {
             // Being created right now: empty so far.
-            return Ok(format::file_header(tag).to_vec());
+            return Ok(());
         }
         tracing::warn!(path = %path.display(), "file cut short in its header (crash while it was created): header rewritten");
         fs::write(path, format::file_header(tag)).map_err(|e| io_error(path, e))?;
-        return Ok(format::file_header(tag).to_vec());
+        return Ok(());
     }
-    format::check_file_header(&bytes, tag).map_err(|detail| corrupt(path, 0, detail))?;
-    Ok(bytes)
+    format::check_file_header(bytes, tag).map_err(|detail| corrupt(path, 0, detail))
 }
 
 /// Walks the frames of a file after its header. A bad frame followed by
@@ -182,8 +199,9 @@ pub(crate) fn load_stream(
     let mut last_id = EntryId::ZERO;
     let mut count = 0;
     let mut keys = Vec::new();
+    let mut bytes = Vec::new();
     for (first, path) in names {
-        let bytes = read_file(&path, format::SEGMENT_TAG, access)?;
+        read_file_into(&path, format::SEGMENT_TAG, access, &mut bytes)?;
         let (mut last, mut index) = (None, Vec::new());
         keys.clear();
         let len = walk_frames(
@@ -207,7 +225,6 @@ pub(crate) fn load_stream(
                 Ok(())
             },
         )?;
-        drop(bytes);
         count += keys.len() as u64;
         engine.restore_entries(stream, keys.drain(..));
         segments.push(Segment {
