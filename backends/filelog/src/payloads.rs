@@ -13,7 +13,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use ruststream_core::{BrokerError, BrokerResult, EntryId, Message};
@@ -31,8 +31,8 @@ const WINDOW: usize = 1 << 20;
 /// Reads entries from segment files; one per store.
 #[derive(Default)]
 pub(crate) struct Payloads {
-    /// The segment file open for reading.
-    file: Option<(PathBuf, File)>,
+    /// The segment file open for reading, by serial.
+    file: Option<(u64, File)>,
     /// Bytes of that file from offset `window_at`.
     window: Vec<u8>,
     window_at: u64,
@@ -43,17 +43,11 @@ pub(crate) struct Payloads {
 /// Where the entry after the last one read starts: its segment, offset,
 /// and the id read last.
 struct Next {
-    path: PathBuf,
+    serial: u64,
     at: u64,
     last: EntryId,
     /// The sparse-index point at or before `at`.
     slot: usize,
-}
-
-/// Whether two paths are the same bytes (cheaper than comparing them
-/// component by component, and all a file's paths here are built alike).
-fn same(a: &Path, b: &Path) -> bool {
-    a.as_os_str() == b.as_os_str()
 }
 
 fn corrupt(path: &Path, offset: u64, detail: impl Into<String>) -> BrokerError {
@@ -103,7 +97,7 @@ impl Payloads {
                     .index
                     .get(next.slot + 1)
                     .is_none_or(|(first, _)| *first > id)
-                && same(&next.path, &segment.path)
+                && next.serial == segment.serial
         });
         let (mut at, slot) = match hint {
             Some(next) => (next.at, next.slot),
@@ -130,14 +124,14 @@ impl Payloads {
             at += len as u64;
             if let Some(message) = found {
                 match &mut self.next {
-                    Some(next) if same(&next.path, &segment.path) => {
+                    Some(next) if next.serial == segment.serial => {
                         next.at = at;
                         next.last = id;
                         next.slot = slot;
                     }
                     _ => {
                         self.next = Some(Next {
-                            path: segment.path.clone(),
+                            serial: segment.serial,
                             at,
                             last: id,
                             slot,
@@ -158,7 +152,7 @@ impl Payloads {
         id: EntryId,
     ) -> BrokerResult<(Option<Arc<Message>>, usize)> {
         let path = &segment.path;
-        let header = self.bytes(path, at, format::FRAME_HEADER_LEN, segment.bytes)?;
+        let header = self.bytes(segment, at, format::FRAME_HEADER_LEN)?;
         let whole = match header.get(2..6) {
             Some(&[a, b, c, d]) => {
                 let body = u32::from_le_bytes([a, b, c, d]) as usize;
@@ -167,7 +161,7 @@ impl Payloads {
             // Too short for a record header: `read_frame` says so.
             _ => header.len(),
         };
-        let bytes = self.bytes(path, at, whole, segment.bytes)?;
+        let bytes = self.bytes(segment, at, whole)?;
         let (kind, body, len) = match format::read_frame(bytes) {
             Frame::Ok { kind, body, len } => (kind, body, len),
             Frame::Bad(reason) => return Err(corrupt(path, at, reason)),
@@ -195,15 +189,18 @@ impl Payloads {
         Ok((Some(Arc::new(message)), len))
     }
 
-    /// `len` bytes of `path` from `at` (fewer if the file, `size` bytes,
-    /// ends first), read through the window.
-    fn bytes(&mut self, path: &Path, at: u64, len: usize, size: u64) -> BrokerResult<&[u8]> {
-        let end = at.saturating_add(len as u64).min(size);
+    /// `len` bytes of `segment` from `at` (fewer if it ends first), read
+    /// through the window.
+    fn bytes(&mut self, segment: &Segment, at: u64, len: usize) -> BrokerResult<&[u8]> {
+        let end = at.saturating_add(len as u64).min(segment.bytes);
         let cached = at >= self.window_at
             && end <= self.window_at + self.window.len() as u64
-            && self.file.as_ref().is_some_and(|(p, _)| same(p, path));
+            && self
+                .file
+                .as_ref()
+                .is_some_and(|(serial, _)| *serial == segment.serial);
         if !cached {
-            self.fill(path, at, len, size)?;
+            self.fill(segment, at, len)?;
         }
         let from = (at - self.window_at) as usize;
         let to = (end - self.window_at) as usize;
@@ -211,17 +208,22 @@ impl Payloads {
     }
 
     /// Reads the window from `at`: at least `len` bytes, up to [`WINDOW`],
-    /// not past `size`.
-    fn fill(&mut self, path: &Path, at: u64, len: usize, size: u64) -> BrokerResult<()> {
-        if self.file.as_ref().is_none_or(|(p, _)| !same(p, path)) {
+    /// not past the end of `segment`.
+    fn fill(&mut self, segment: &Segment, at: u64, len: usize) -> BrokerResult<()> {
+        let path = &segment.path;
+        if self
+            .file
+            .as_ref()
+            .is_none_or(|(serial, _)| *serial != segment.serial)
+        {
             let file = File::open(path).map_err(|e| io_error(path, e))?;
-            self.file = Some((path.to_owned(), file));
+            self.file = Some((segment.serial, file));
         }
         let Some((_, file)) = &self.file else {
             return Ok(());
         };
         let want = len.max(WINDOW) as u64;
-        let n = want.min(size.saturating_sub(at)) as usize;
+        let n = want.min(segment.bytes.saturating_sub(at)) as usize;
         self.window.resize(n, 0);
         self.window_at = at;
         let mut reader = file;

@@ -227,13 +227,11 @@ pub(crate) fn load_stream(
         )?;
         count += keys.len() as u64;
         engine.restore_entries(stream, keys.drain(..));
-        segments.push(Segment {
-            path,
-            first,
-            last,
-            bytes: len,
-            index,
-        });
+        let mut segment = Segment::new(path, first);
+        segment.last = last;
+        segment.bytes = len;
+        segment.index = index;
+        segments.push(segment);
     }
     Ok((segments, count))
 }

@@ -7,6 +7,7 @@ use std::io::Write;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ruststream_core::{BrokerError, BrokerResult, Entry, EntryId, Message, Trim};
 use ruststream_engine::{Change, Engine, is_unloaded};
@@ -31,6 +32,24 @@ pub(crate) struct Segment {
     /// Sparse index: an entry id and its record's offset about every
     /// [`payloads::INDEX_SPACING`] bytes, in order.
     pub(crate) index: Vec<(EntryId, u64)>,
+    /// Tells this segment apart from every other one of the process
+    /// ([`Segment::new`]) more cheaply than its path.
+    pub(crate) serial: u64,
+}
+
+impl Segment {
+    /// A segment of `path`, its first id `first`, with a new serial.
+    pub(crate) fn new(path: PathBuf, first: EntryId) -> Self {
+        static SERIAL: AtomicU64 = AtomicU64::new(0);
+        Segment {
+            path,
+            first,
+            last: None,
+            bytes: format::FILE_HEADER_LEN as u64,
+            index: Vec::new(),
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 /// A stream's files.
@@ -411,13 +430,7 @@ impl Store {
             let path = files.dir.join(segment_file_name(run.first));
             let header = format::file_header(format::SEGMENT_TAG);
             let file = create_with_header(&self.syncer, &path, &header)?;
-            files.segments.push(Segment {
-                path,
-                first: run.first,
-                last: None,
-                bytes: format::FILE_HEADER_LEN as u64,
-                index: Vec::new(),
-            });
+            files.segments.push(Segment::new(path, run.first));
             files.active = Some(Arc::new(file));
             created = true;
         }

@@ -12,10 +12,8 @@ mod common;
 use std::fs;
 use std::time::Duration;
 
-use common::TempDir;
-use ruststream_core::{
-    Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart,
-};
+use common::{TempDir, with_jobs_group};
+use ruststream_core::{Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry};
 use ruststream_filelog::{FileLogBroker, FileLogOptions, Retention};
 
 /// Small segments (many of them), and no payload held in memory.
@@ -82,10 +80,7 @@ fn read(consumer: &str, mode: ReadMode, count: usize) -> ReadRequest<'_> {
 #[tokio::test]
 async fn every_payload_handed_out_comes_back_from_the_segments() {
     let dir = TempDir::new();
-    let b = FileLogBroker::open_with(&dir.0, uncached()).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = with_jobs_group(FileLogBroker::open_with(&dir.0, uncached()).unwrap()).await;
     let ids = publish(&b, 0..600).await;
     assert!(fs::read_dir(dir.0.join("streams/jobs")).unwrap().count() > 5);
     assert_eq!(replay(&b).await, expected(0..600));
@@ -167,10 +162,7 @@ async fn retention_keeps_what_a_group_needs_readable_from_disk() {
         },
         ..uncached()
     };
-    let b = FileLogBroker::open_with(&dir.0, options).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = with_jobs_group(FileLogBroker::open_with(&dir.0, options).unwrap()).await;
     let ids = publish(&b, 0..50).await;
     let batch = b.read(read("c1", ReadMode::New, 50)).await.unwrap();
     assert_eq!(batch.deliveries.len(), 50);
@@ -211,10 +203,7 @@ async fn retention_keeps_what_a_group_needs_readable_from_disk() {
 #[tokio::test]
 async fn a_failed_write_is_taken_back_and_payloads_still_read() {
     let dir = TempDir::new();
-    let b = FileLogBroker::open_with(&dir.0, uncached()).unwrap();
-    b.ensure_group("jobs", "g1", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = with_jobs_group(FileLogBroker::open_with(&dir.0, uncached()).unwrap()).await;
     publish(&b, 0..100).await;
     b.inject_write_failure(Some("jobs"));
     let err = b.publish("jobs", message(100)).await.unwrap_err();

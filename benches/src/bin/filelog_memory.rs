@@ -19,6 +19,10 @@
 //!   entries a call;
 //! - resident memory after both (current and peak).
 //!
+//! The reopening child compacts the group state before it exits, so that
+//! the next reopen of the same files (`--reuse`) reads a snapshot rather
+//! than the journal of that child's consumption.
+//!
 //! Children are this program run again (`--child fill|reopen`), so each
 //! figure is one process's own. Directories are made under `--dir`
 //! (default: the system's temporary directory) and deleted at the end
@@ -35,18 +39,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use ruststream_benches::filelog_workload::{CONSUMER, PAYLOAD, READ_COUNT, STREAM};
 use ruststream_benches::thousands;
 use ruststream_core::{Broker, Delivery, EntryId, Message, ReadMode, ReadRequest, StreamStart};
 use ruststream_filelog::{FileLogBroker, FileLogOptions, SyncPolicy};
 
 type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
-const STREAM: &str = "orders";
-const CONSUMER: &str = "worker-1";
-/// The payload of every message: 100 bytes of JSON.
-const PAYLOAD: &[u8] = br#"{"order_id":1234567,"customer":"acme-corp","amount_cents":4999,"currency":"EUR","region":"eu-west1"}"#;
+/// Messages per publish while filling.
 const FILL_BATCH: usize = 512;
-const READ_COUNT: usize = 512;
+/// Entries per `range` call of the replay.
 const RANGE_COUNT: usize = 10_000;
 
 fn options() -> FileLogOptions {
@@ -151,6 +153,9 @@ async fn reopen(dir: &Path) -> BenchResult<()> {
         status_mb("VmRSS"),
         status_mb("VmHWM")
     );
+    // The next reopen of these files starts from a snapshot, as one after
+    // a clean shutdown does, not from this run's journal.
+    broker.compact()?;
     drop(broker);
     Ok(())
 }
