@@ -44,6 +44,8 @@ pub(crate) struct Payloads {
 /// and the id read last.
 struct Next {
     serial: u64,
+    /// Its position in its stream's segments (checked against `serial`).
+    segment: usize,
     at: u64,
     last: EntryId,
     /// The sparse-index point at or before `at`.
@@ -77,18 +79,28 @@ impl Payloads {
 
     /// The message of entry `id` of the stream whose files are `files`.
     pub(crate) fn load(&mut self, files: &StreamFiles, id: EntryId) -> BrokerResult<Arc<Message>> {
-        let k = files.segments.partition_point(|s| s.first <= id);
-        let segment = k
-            .checked_sub(1)
-            .and_then(|k| files.segments.get(k))
-            .filter(|s| s.last.is_some_and(|last| last >= id))
-            .ok_or_else(|| {
-                corrupt(
-                    &files.dir,
-                    0,
-                    format!("entry {id} is in no segment of this stream's directory"),
-                )
-            })?;
+        // The segment of the last entry read, if `id` is in it too.
+        let holds = |s: &Segment| s.first <= id && s.last.is_some_and(|last| last >= id);
+        let same = self.next.as_ref().and_then(|next| {
+            files
+                .segments
+                .get(next.segment)
+                .filter(|s| s.serial == next.serial && holds(s))
+                .map(|_| next.segment)
+        });
+        let k = same.unwrap_or_else(|| {
+            files
+                .segments
+                .partition_point(|s| s.first <= id)
+                .saturating_sub(1)
+        });
+        let segment = files.segments.get(k).filter(|s| holds(s)).ok_or_else(|| {
+            corrupt(
+                &files.dir,
+                0,
+                format!("entry {id} is in no segment of this stream's directory"),
+            )
+        })?;
         // Reading on from the last entry read, unless the index has a
         // point past it and still at or before `id`.
         let hint = self.next.as_ref().filter(|next| {
@@ -125,6 +137,7 @@ impl Payloads {
             if let Some(message) = found {
                 match &mut self.next {
                     Some(next) if next.serial == segment.serial => {
+                        next.segment = k;
                         next.at = at;
                         next.last = id;
                         next.slot = slot;
@@ -132,6 +145,7 @@ impl Payloads {
                     _ => {
                         self.next = Some(Next {
                             serial: segment.serial,
+                            segment: k,
                             at,
                             last: id,
                             slot,
