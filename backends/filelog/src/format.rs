@@ -370,12 +370,13 @@ pub(crate) fn entry_id(body: &[u8]) -> Result<EntryId, String> {
     }
 }
 
+/// An entry decoded: its id, retry-copy marker and, when asked for, its
+/// message.
+type Parsed = (EntryId, Option<Arc<CopyOf>>, Option<Message>);
+
 /// Decodes an entry frame's body; the message only with `message` (else
 /// its headers and payload are checked and skipped).
-fn parse_entry(
-    body: &[u8],
-    message: bool,
-) -> Result<(EntryId, Option<Arc<CopyOf>>, Option<Message>), String> {
+fn parse_entry(body: &[u8], message: bool) -> Result<Parsed, String> {
     let mut r = Reader::new(body);
     let id = r.id("the entry id")?;
     let copy = match r.u8("the copy flag")? {

@@ -27,7 +27,7 @@ fn uncached() -> FileLogOptions {
 
 fn message(i: usize) -> Message {
     let m = Message::new(format!("payload-{i}-{}", "x".repeat(i % 50)).into_bytes());
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         m.with_header("n", i.to_string())
     } else {
         m

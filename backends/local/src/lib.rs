@@ -8,8 +8,10 @@
 //! What differs between them is the persistence: its limits, checked
 //! before a call changes anything (`Persistence::check_*`), where changes
 //! go ([`Persistence::persist`], [`Persistence::undo`]), upkeep after a call
-//! ([`Persistence::upkeep`]: compaction, retention), and waiting for
-//! durability ([`Durability`], which also reports a fail-stop).
+//! ([`Persistence::upkeep`]: compaction, retention), where the payloads the
+//! engine does not hold in memory come from ([`Persistence::load`]: the
+//! file log's segments), and waiting for durability ([`Durability`], which
+//! also reports a fail-stop).
 //!
 //! It lives in a crate of its own rather than in `ruststream-engine` so
 //! that the engine stays pure (no lock, no async runtime, time passed in),
