@@ -8,6 +8,7 @@
 //! engine with the [`unloaded`] message, which the broker replaces with the
 //! payload read from disk before anyone sees it.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, OnceLock};
 
@@ -15,8 +16,10 @@ use ruststream_core::{Entry, EntryId, Message};
 
 use crate::stream::CopyOf;
 
-/// Entries per block: a lookup by id decodes at most this many ids.
-const BLOCK: u32 = 512;
+/// Entries per block: a lookup by id (a read after the group's cursor,
+/// a pending entry handed out again) decodes at most this many ids, and a
+/// block costs about 80 bytes besides its deltas (about a byte an entry).
+const BLOCK: u32 = 64;
 
 /// The message an entry carries when its payload is not in memory: one
 /// shared placeholder, told apart by pointer ([`is_unloaded`]).
@@ -171,6 +174,19 @@ pub(crate) struct Entries {
     /// Payloads of the last `bodies.len()` entries.
     bodies: VecDeque<Arc<Message>>,
     body_bytes: usize,
+    /// Where the last walk over the ids got to, so that the next one from
+    /// there (a group reading on after its cursor) starts without a search.
+    finger: Cell<Option<Finger>>,
+}
+
+/// A position in the ids: entry `pos` is `id`, the one before it `prev`
+/// (if known), and `at` is where the delta after `id` starts in its block.
+#[derive(Debug, Clone, Copy)]
+struct Finger {
+    prev: Option<EntryId>,
+    pos: u64,
+    id: EntryId,
+    at: usize,
 }
 
 impl Entries {
@@ -216,7 +232,7 @@ impl Entries {
                 first: id,
                 last: id,
                 count: 1,
-                deltas: Vec::with_capacity(BLOCK as usize + 64),
+                deltas: Vec::with_capacity(2 * BLOCK as usize),
             });
         }
         if self.head.is_none() {
@@ -309,6 +325,7 @@ impl Entries {
             next,
             pos,
             end: self.end,
+            prev: None,
         }
     }
 
@@ -345,11 +362,45 @@ impl Entries {
 
     /// Entries from `id` on (after it, with `after`), in id order.
     pub(crate) fn iter_from(&self, id: EntryId, after: bool) -> Iter<'_> {
-        let pos = self.position(id, after).max(self.front);
-        Iter {
-            ids: self.ids_from(pos),
-            entries: self,
+        let ids = self.from_finger(id, after).unwrap_or_else(|| {
+            let pos = self.position(id, after).max(self.front);
+            self.ids_from(pos)
+        });
+        Iter { ids, entries: self }
+    }
+
+    /// The ids from the first at or after `id` (after it, with `after`),
+    /// if the last walk ended there or one entry before.
+    fn from_finger(&self, id: EntryId, after: bool) -> Option<Ids<'_>> {
+        let f = self.finger.get()?;
+        let past = |e: EntryId| if after { e > id } else { e >= id };
+        if f.pos < self.front || f.pos >= self.end {
+            return None;
         }
+        // An entry before the finger could be the first one wanted only if
+        // the finger's own entry is, and the one before it too.
+        if past(f.id) && f.prev.is_none_or(past) {
+            return None;
+        }
+        let k = self.blocks.partition_point(|b| b.end() <= f.pos);
+        let mut ids = Ids {
+            blocks: &self.blocks,
+            block: k,
+            at: f.at,
+            next: Some(f.id),
+            pos: f.pos,
+            end: self.end,
+            prev: f.prev,
+        };
+        for _ in 0..2 {
+            match ids.next {
+                Some(next) if ids.pos < self.end && !past(next) => {
+                    ids.next();
+                }
+                _ => return Some(ids),
+            }
+        }
+        None
     }
 
     /// The retry copies held, by id.
@@ -382,6 +433,20 @@ struct Ids<'a> {
     next: Option<EntryId>,
     pos: u64,
     end: u64,
+    /// The id handed out last, if known.
+    prev: Option<EntryId>,
+}
+
+impl Ids<'_> {
+    /// Where this walk is now.
+    fn finger(&self) -> Option<Finger> {
+        Some(Finger {
+            prev: self.prev,
+            pos: self.pos,
+            id: self.next?,
+            at: self.at,
+        })
+    }
 }
 
 impl Iterator for Ids<'_> {
@@ -393,6 +458,7 @@ impl Iterator for Ids<'_> {
         }
         let id = self.next?;
         let out = (self.pos, id);
+        self.prev = Some(id);
         self.pos += 1;
         let block = self.blocks.get(self.block)?;
         if self.pos < block.end() {
@@ -417,6 +483,9 @@ impl<'a> Iterator for Iter<'a> {
     type Item = View<'a>;
 
     fn next(&mut self) -> Option<View<'a>> {
+        if let Some(finger) = self.ids.finger() {
+            self.entries.finger.set(Some(finger));
+        }
         let (pos, id) = self.ids.next()?;
         Some(self.entries.view(pos, id))
     }
