@@ -1,6 +1,7 @@
 //! A stream's entries in id order, held compactly: ids delta-encoded in
-//! blocks (one or two bytes an entry while ids come in order), retry-copy
-//! markers in a side table, and the payloads of the newest entries.
+//! blocks of 64 (one or two bytes an entry while ids come in order, and
+//! about a byte more for the block), retry-copy markers in a side table,
+//! and the payloads of the newest entries.
 //!
 //! The memory broker keeps every payload. The file log keeps those of a
 //! bounded tail ([`crate::Engine::cache_payloads`]) and reads older ones
@@ -362,7 +363,7 @@ impl Entries {
 
     /// Entries from `id` on (after it, with `after`), in id order.
     pub(crate) fn iter_from(&self, id: EntryId, after: bool) -> Iter<'_> {
-        let ids = self.from_finger(id, after).unwrap_or_else(|| {
+        let ids = self.ids_at_finger(id, after).unwrap_or_else(|| {
             let pos = self.position(id, after).max(self.front);
             self.ids_from(pos)
         });
@@ -371,7 +372,7 @@ impl Entries {
 
     /// The ids from the first at or after `id` (after it, with `after`),
     /// if the last walk ended there or one entry before.
-    fn from_finger(&self, id: EntryId, after: bool) -> Option<Ids<'_>> {
+    fn ids_at_finger(&self, id: EntryId, after: bool) -> Option<Ids<'_>> {
         let f = self.finger.get()?;
         let past = |e: EntryId| if after { e > id } else { e >= id };
         if f.pos < self.front || f.pos >= self.end {

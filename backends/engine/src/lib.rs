@@ -35,7 +35,7 @@
 //! however long the pending list grows: held entries by last-delivery time
 //! (for idle claims) and owed entries by due time.
 //!
-//! Payloads: the engine holds every entry's id (a byte or two each) but,
+//! Payloads: the engine holds every entry's id (a few bytes each) but,
 //! when bounded ([`Engine::cache_payloads`]), only the newest payloads. An
 //! entry whose payload it does not hold comes out (of reads, ranges, dead
 //! letters) with the [`unloaded`] placeholder message, which the broker

@@ -27,7 +27,7 @@
 //! returns: entries to per-stream segment files, group state (deliveries,
 //! acks, retries, dead letters, cursors, trims) to a journal that is
 //! compacted into snapshots. Opening the directory replays both. Memory
-//! holds group state, each retained entry's id (a byte or two) and a
+//! holds group state, each retained entry's id (a few bytes) and a
 //! sparse index of the segments, and the payloads of each stream's newest
 //! entries ([`FileLogOptions::cache_bytes`]); older payloads are read from
 //! the segments when handed out. Retention bounds the disk.
