@@ -196,3 +196,16 @@ pub fn thousands(value: f64) -> String {
     }
     out
 }
+
+/// The workload of the file-log benchmarks (`filelog`, `filelog_memory`):
+/// one stream, one consumer, a 100-byte JSON payload, reads of 512.
+pub mod filelog_workload {
+    /// The stream.
+    pub const STREAM: &str = "orders";
+    /// The consumer.
+    pub const CONSUMER: &str = "worker-1";
+    /// The payload of every message: 100 bytes of JSON.
+    pub const PAYLOAD: &[u8] = br#"{"order_id":1234567,"customer":"acme-corp","amount_cents":4999,"currency":"EUR","region":"eu-west1"}"#;
+    /// The consumer's read size.
+    pub const READ_COUNT: usize = 512;
+}

@@ -25,3 +25,22 @@ async fn filelog() -> Target {
 }
 
 ruststream_testkit::conformance_suite!(paused, filelog);
+
+/// The suite again with no payload held in memory: every entry handed out
+/// is read back from the segment files.
+mod uncached {
+    use super::*;
+    use ruststream_filelog::FileLogOptions;
+
+    async fn filelog_uncached() -> Target {
+        let options = FileLogOptions {
+            cache_bytes: 0,
+            ..FileLogOptions::default()
+        };
+        let broker =
+            FileLogBroker::open_with(fresh_dir(), options).expect("a fresh file log opens");
+        Target::paused(Arc::new(broker))
+    }
+
+    ruststream_testkit::conformance_suite!(paused, filelog_uncached);
+}

@@ -15,10 +15,7 @@ impl Engine {
             stream: stream.to_owned(),
             name: group.to_owned(),
             last_delivered: g.cursor,
-            lag: s
-                .after(g.cursor)
-                .filter(|e| e.is_for(group) && !g.holds(&e.id))
-                .count() as u64,
+            lag: s.lag(g, group),
             pending: g.pending.len() as u64,
             dead_letters: g.dead.len() as u64,
             consumers: g.live_consumers().count() as u64,

@@ -22,7 +22,7 @@ use ruststream_core::{EntryId, Message};
 use crate::Engine;
 use crate::dead::Dead;
 use crate::group::{Claim, Consumer, Group, Pending};
-use crate::stream::{CopyOf, EntryRef, Stored};
+use crate::stream::{CopyOf, EntryRef};
 
 /// One change to the engine's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,7 +267,7 @@ impl Engine {
             }
             out.push(Change::Trimmed {
                 stream: name.clone(),
-                below: s.entries.front().map_or(s.last_id.next(), |e| e.id),
+                below: s.entries.first_id().unwrap_or(s.last_id.next()),
                 keep: s.retained.keys().copied().collect(),
             });
         }
@@ -284,11 +284,10 @@ impl Engine {
                 message,
                 copy,
             } => {
+                let cache = self.cache;
                 let s = self.streams.entry_ref(&stream);
-                if id > s.last_id {
-                    s.last_id = id;
-                    s.entries.push_back(Stored { id, message, copy });
-                }
+                s.cache = cache;
+                s.restore_entry(id, copy, Some(message));
             }
             Change::GroupCreated {
                 stream,
@@ -306,7 +305,7 @@ impl Engine {
                 keep,
             } => {
                 let s = self.streams.entry_ref(&stream);
-                while s.entries.front().is_some_and(|e| e.id < below) {
+                while s.entries.first_id().is_some_and(|id| id < below) {
                     let Some(front) = s.entries.pop_front() else {
                         break;
                     };
@@ -357,9 +356,7 @@ impl Engine {
             let mut missing = Vec::new();
             for (group, g) in &s.groups {
                 for id in g.pending.keys().chain(g.dead.keys()) {
-                    let at = s.entries.partition_point(|e| e.id < *id);
-                    let present = s.retained.contains_key(id)
-                        || s.entries.get(at).is_some_and(|e| e.id == *id);
+                    let present = s.retained.contains_key(id) || s.entries.find(*id).is_some();
                     if !present {
                         missing.push((group.clone(), *id));
                     }

@@ -35,11 +35,20 @@
 //! however long the pending list grows: held entries by last-delivery time
 //! (for idle claims) and owed entries by due time.
 //!
+//! Payloads: the engine holds every entry's id (a few bytes each) but,
+//! when bounded ([`Engine::cache_payloads`]), only the newest payloads. An
+//! entry whose payload it does not hold comes out (of reads, ranges, dead
+//! letters) with the [`unloaded`] placeholder message, which the broker
+//! replaces with the payload from its storage before handing the entry
+//! on; the engine itself does no I/O.
+//!
 //! # Layout
 //!
 //! One file per role, each adding its part of [`Engine`]'s calls:
 //!
-//! - `stream`: entries, publishing, trimming, ranges and stream summaries;
+//! - `stream`: publishing, trimming, ranges and stream summaries;
+//! - `entries`: a stream's entries, compactly (ids delta-encoded in
+//!   blocks, retry-copy markers aside, payloads of the newest entries);
 //! - `group`: a group's state and indexes, creating groups and moving their
 //!   cursors;
 //! - `read`: reads, phase by phase (own pending, owed, idle, new), and when
@@ -53,6 +62,7 @@
 #![forbid(unsafe_code)]
 
 mod dead;
+mod entries;
 mod group;
 mod idmap;
 mod info;
@@ -61,6 +71,7 @@ mod read;
 mod settle;
 mod stream;
 
+pub use entries::{is_unloaded, unloaded};
 pub use journal::{Change, GroupChange, RestoreReport};
 pub use settle::Retried;
 pub use stream::CopyOf;
@@ -78,6 +89,8 @@ pub struct Engine {
     streams: HashMap<String, StreamState>,
     /// Whether new streams and groups record their changes.
     recording: bool,
+    /// Payload bytes each stream holds in memory (`None`: all).
+    cache: Option<usize>,
 }
 
 impl Engine {
@@ -102,11 +115,12 @@ impl Engine {
 
     /// `stream`'s state, created (recording if the engine records) if new.
     fn stream_entry(&mut self, stream: &str) -> &mut StreamState {
-        let recording = self.recording;
+        let (recording, cache) = (self.recording, self.cache);
         let s = self.streams.entry_ref(stream);
         if recording && s.log.is_none() {
             s.log = Some(Vec::new());
         }
+        s.cache = cache;
         s
     }
 }

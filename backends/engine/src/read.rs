@@ -156,11 +156,10 @@ impl Handout {
         let g = groups
             .get_mut(req.group)
             .ok_or_else(|| BrokerError::no_group(req.stream, req.group))?;
-        let start = entries.partition_point(|e| e.id <= g.cursor);
         let fresh = retained
             .range((Bound::Excluded(g.cursor), Bound::Unbounded))
-            .map(|(_, s)| s)
-            .chain(entries.range(start..));
+            .map(|(_, s)| s.view())
+            .chain(entries.iter_from(g.cursor, true));
         // Only a cursor moved back can have pending or dead entries
         // after it; checking that once keeps the common path lookup-free.
         let rewound = g.pending.last_key().is_some_and(|id| id > g.cursor)

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use ruststream_core::{BrokerResult, EntryId};
+use ruststream_core::{BrokerError, BrokerResult, EntryId, Message};
 
 use crate::Engine;
 use crate::group::{Claim, Pending};
@@ -32,7 +32,8 @@ impl Engine {
 
     /// Retry with copy: for each pending id, appends a copy for this group
     /// carrying the original's delivery count, and acknowledges the
-    /// original, in one step.
+    /// original, in one step. Every payload must be in memory (see
+    /// [`Engine::retry_copy_loading`]).
     pub fn retry_copy(
         &mut self,
         stream: &str,
@@ -40,15 +41,45 @@ impl Engine {
         ids: &[EntryId],
         now_ms: u64,
     ) -> BrokerResult<Vec<Retried>> {
+        self.retry_copy_loading(stream, group, ids, now_ms, |id| {
+            Err(BrokerError::InvalidArgument(format!(
+                "the payload of entry {id} of stream {stream:?} is not in memory"
+            )))
+        })
+    }
+
+    /// [`Engine::retry_copy`], with `load` reading the payload of an
+    /// original the engine does not hold in memory
+    /// ([`Engine::cache_payloads`]). Every payload is loaded before
+    /// anything changes, so a failed load fails the call whole.
+    pub fn retry_copy_loading(
+        &mut self,
+        stream: &str,
+        group: &str,
+        ids: &[EntryId],
+        now_ms: u64,
+        mut load: impl FnMut(EntryId) -> BrokerResult<Arc<Message>>,
+    ) -> BrokerResult<Vec<Retried>> {
         let s = self.stream_mut(stream, group)?;
-        s.group(stream, group)?;
-        let mut out = Vec::new();
+        let g = s.group(stream, group)?;
+        let mut messages = Vec::with_capacity(ids.len());
         for &id in ids {
+            let message = match s.find(id).filter(|_| g.pending.contains_key(&id)) {
+                None => None,
+                Some(view) => Some(match view.message {
+                    Some(message) => Arc::clone(message),
+                    None => load(id)?,
+                }),
+            };
+            messages.push(message);
+        }
+        let mut out = Vec::new();
+        for (&id, message) in ids.iter().zip(messages) {
             let g = s.group_mut(stream, group)?;
             let Some(p) = g.remove_pending(id) else {
                 continue;
             };
-            let Some(message) = s.find(id).map(|st| Arc::clone(&st.message)) else {
+            let Some(message) = message else {
                 continue;
             };
             let copy = Arc::new(CopyOf {

@@ -1,7 +1,8 @@
-//! Streams: entries in id order, the side table of entries trimmed while a
-//! group still needed them, publishing, trimming and reading ranges.
+//! Streams: entries in id order (held by [`crate::entries`]), the side
+//! table of entries trimmed while a group still needed them, publishing,
+//! trimming and reading ranges.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -9,18 +10,9 @@ use ruststream_core::{
     BrokerError, BrokerResult, Entry, EntryId, Message, StreamInfo, StreamStart, Trim,
 };
 
+use crate::entries::{Entries, Stored, View, is_unloaded};
 use crate::group::Group;
 use crate::{Change, Engine};
-
-/// An entry as the engine stores it.
-#[derive(Debug, Clone)]
-pub(crate) struct Stored {
-    pub(crate) id: EntryId,
-    pub(crate) message: Arc<Message>,
-    /// Set on a retry copy: the group it is for and the deliveries of the
-    /// original it carries. Other groups pass over the copy.
-    pub(crate) copy: Option<Arc<CopyOf>>,
-}
 
 /// What a retry copy carries over from its original.
 #[derive(Debug, PartialEq, Eq)]
@@ -31,28 +23,11 @@ pub struct CopyOf {
     pub times_delivered: u32,
 }
 
-impl Stored {
-    pub(crate) fn entry(&self) -> Entry {
-        Entry {
-            id: self.id,
-            message: Arc::clone(&self.message),
-        }
-    }
-
-    pub(crate) fn is_for(&self, group: &str) -> bool {
-        self.copy.as_ref().is_none_or(|c| c.group == group)
-    }
-
-    pub(crate) fn carried(&self) -> u32 {
-        self.copy.as_ref().map_or(0, |c| c.times_delivered)
-    }
-}
-
 /// A stream: its entries and its groups.
 #[derive(Debug, Default)]
 pub(crate) struct StreamState {
     /// Entries in id order.
-    pub(crate) entries: VecDeque<Stored>,
+    pub(crate) entries: Entries,
     /// Entries trimmed from `entries` while some group still needed them.
     /// All their ids are below the first id in `entries`.
     pub(crate) retained: BTreeMap<EntryId, Stored>,
@@ -61,26 +36,40 @@ pub(crate) struct StreamState {
     pub(crate) groups: BTreeMap<String, Group>,
     /// Changes not yet taken, when recording (see [`crate::journal`]).
     pub(crate) log: Option<Vec<StreamChange>>,
+    /// Payload bytes held in memory (`None`: every payload).
+    pub(crate) cache: Option<usize>,
 }
 
 /// A change to a stream itself, before it is named in a [`Change`].
 #[derive(Debug)]
 pub(crate) enum StreamChange {
-    Appended(Stored),
-    GroupCreated { group: String, cursor: EntryId },
-    Trimmed { below: EntryId, keep: Vec<EntryId> },
-    Released { ids: Vec<EntryId> },
+    Appended {
+        id: EntryId,
+        message: Arc<Message>,
+        copy: Option<Arc<CopyOf>>,
+    },
+    GroupCreated {
+        group: String,
+        cursor: EntryId,
+    },
+    Trimmed {
+        below: EntryId,
+        keep: Vec<EntryId>,
+    },
+    Released {
+        ids: Vec<EntryId>,
+    },
 }
 
 impl StreamChange {
     pub(crate) fn named(self, stream: &str) -> Change {
         let stream = stream.to_owned();
         match self {
-            StreamChange::Appended(stored) => Change::Appended {
+            StreamChange::Appended { id, message, copy } => Change::Appended {
                 stream,
-                id: stored.id,
-                message: stored.message,
-                copy: stored.copy,
+                id,
+                message,
+                copy,
             },
             StreamChange::GroupCreated { group, cursor } => Change::GroupCreated {
                 stream,
@@ -98,12 +87,11 @@ impl StreamChange {
 }
 
 impl StreamState {
-    pub(crate) fn find(&self, id: EntryId) -> Option<&Stored> {
-        if let Some(s) = self.retained.get(&id) {
-            return Some(s);
+    pub(crate) fn find(&self, id: EntryId) -> Option<View<'_>> {
+        match self.retained.get(&id) {
+            Some(s) => Some(s.view()),
+            None => self.entries.find(id),
         }
-        let at = self.entries.partition_point(|e| e.id < id);
-        self.entries.get(at).filter(|e| e.id == id)
     }
 
     pub(crate) fn group(&self, stream: &str, group: &str) -> BrokerResult<&Group> {
@@ -150,17 +138,38 @@ impl StreamState {
         }
     }
 
-    /// Entries after `after`, retained ones first, in id order.
-    pub(crate) fn after(&self, after: EntryId) -> impl Iterator<Item = &Stored> + '_ {
-        let start = self.entries.partition_point(|e| e.id <= after);
-        self.retained
-            .range((Bound::Excluded(after), Bound::Unbounded))
-            .map(|(_, s)| s)
-            .chain(self.entries.range(start..))
+    /// How many entries after `g`'s cursor are for `group` and not held
+    /// by it (pending or dead-lettered): without walking the entries,
+    /// since every entry a group holds is for that group, and a copy is
+    /// for one group only.
+    pub(crate) fn lag(&self, g: &Group, group: &str) -> u64 {
+        let cursor = g.cursor;
+        let after = (Bound::Excluded(cursor), Bound::Unbounded);
+        let retained = self
+            .retained
+            .range(after)
+            .filter(|(id, s)| s.view().is_for(group) && !g.holds(id))
+            .count() as u64;
+        let others = self
+            .entries
+            .copies()
+            .range(after)
+            .filter(|(_, c)| c.group != group)
+            .count() as u64;
+        let first = self.entries.first_id().unwrap_or(EntryId::MAX);
+        let in_entries = |id: &EntryId| *id >= first && !self.retained.contains_key(id);
+        let held = g
+            .pending
+            .range_from(Bound::Excluded(cursor))
+            .filter(|(id, _)| in_entries(id))
+            .count()
+            + g.dead.range(after).filter(|(id, _)| in_entries(id)).count();
+        let fresh = self.entries.count_after(cursor);
+        retained + fresh.saturating_sub(others + held as u64)
     }
 
     fn len(&self) -> u64 {
-        (self.entries.len() + self.retained.len()) as u64
+        self.entries.len() + self.retained.len() as u64
     }
 
     pub(crate) fn start_position(&self, start: StreamStart) -> EntryId {
@@ -168,6 +177,20 @@ impl StreamState {
             StreamStart::New => self.last_id,
             StreamStart::Beginning => EntryId::ZERO,
             StreamStart::Id(id) => id,
+        }
+    }
+
+    /// Takes an entry back in while rebuilding (see [`Engine::restore`]).
+    pub(crate) fn restore_entry(
+        &mut self,
+        id: EntryId,
+        copy: Option<Arc<CopyOf>>,
+        message: Option<Arc<Message>>,
+    ) {
+        if id > self.last_id {
+            self.last_id = id;
+            let message = message.filter(|m| !is_unloaded(m));
+            self.entries.push(id, copy, message, self.cache);
         }
     }
 
@@ -179,11 +202,14 @@ impl StreamState {
     ) -> EntryId {
         let id = self.last_id.successor_at(now_ms);
         self.last_id = id;
-        let stored = Stored { id, message, copy };
         if let Some(log) = &mut self.log {
-            log.push(StreamChange::Appended(stored.clone()));
+            log.push(StreamChange::Appended {
+                id,
+                message: Arc::clone(&message),
+                copy: copy.clone(),
+            });
         }
-        self.entries.push_back(stored);
+        self.entries.push(id, copy, Some(message), self.cache);
         id
     }
 }
@@ -218,19 +244,18 @@ impl Engine {
         if from > to {
             return Vec::new();
         }
-        let start = s.entries.partition_point(|e| e.id < from);
         s.retained
             .range(from..=to)
-            .map(|(_, st)| st)
-            .chain(s.entries.range(start..).take_while(|e| e.id <= to))
+            .map(|(_, st)| st.view())
+            .chain(s.entries.iter_from(from, false).take_while(|e| e.id <= to))
             .take(count)
-            .map(Stored::entry)
+            .map(|v| v.entry())
             .collect()
     }
 
     /// What a retry copy carries, if `id` is one.
     pub fn copy_of(&self, stream: &str, id: EntryId) -> Option<&CopyOf> {
-        self.streams.get(stream)?.find(id)?.copy.as_deref()
+        self.streams.get(stream)?.find(id)?.copy.map(|c| &**c)
     }
 
     /// How many entries `stream` holds (those trimmed but kept for a group
@@ -257,7 +282,7 @@ impl Engine {
                 .keys()
                 .next()
                 .copied()
-                .or_else(|| s.entries.front().map(|e| e.id)),
+                .or_else(|| s.entries.first_id()),
             last_id: s.last_id,
             groups: s.groups.keys().cloned().collect(),
         })
@@ -275,19 +300,18 @@ impl Engine {
         min_ms: Option<u64>,
     ) -> Option<EntryId> {
         let s = self.streams.get(stream)?;
-        let len = s.entries.len() as u64;
+        let len = s.entries.len();
         let by_len = max_len
             .filter(|max| len > *max)
-            .and_then(|max| s.entries.get(usize::try_from(len - max).ok()?))
-            .map(|e| e.id);
+            .and_then(|max| s.entries.id_at(len - max));
         let by_age = min_ms.and_then(|min| {
-            let first_kept = s.entries.partition_point(|e| e.id.ms < min);
-            (first_kept > 0).then(|| s.entries.get(first_kept).map_or(s.last_id.next(), |e| e.id))
+            let first_kept = s.entries.count_below(EntryId::new(min, 0));
+            (first_kept > 0).then(|| s.entries.id_at(first_kept).unwrap_or(s.last_id.next()))
         });
         let cutoff = by_len.into_iter().chain(by_age).max()?;
         let unread = s.groups.values().map(|g| g.cursor.next()).min();
         let cutoff = unread.map_or(cutoff, |u| cutoff.min(u));
-        let first = s.entries.front()?.id;
+        let first = s.entries.first_id()?;
         (cutoff > first).then_some(cutoff)
     }
 
@@ -300,10 +324,10 @@ impl Engine {
         };
         let mut removed = 0;
         let mut keep = Vec::new();
-        while let Some(front) = s.entries.front() {
+        while let Some(front) = s.entries.first_id() {
             let goes = match trim {
-                Trim::MaxLen(n) => s.entries.len() as u64 > n,
-                Trim::MinId(min) => front.id < min,
+                Trim::MaxLen(n) => s.entries.len() > n,
+                Trim::MinId(min) => front < min,
             };
             if !goes {
                 break;
@@ -319,12 +343,44 @@ impl Engine {
             }
         }
         if removed + keep.len() as u64 > 0 {
-            let below = s.entries.front().map_or(s.last_id.next(), |e| e.id);
+            let below = s.entries.first_id().unwrap_or(s.last_id.next());
             if let Some(log) = &mut s.log {
                 log.push(StreamChange::Trimmed { below, keep });
             }
         }
         Ok(removed)
+    }
+
+    /// Bounds the payloads held in memory to the newest `bytes` of each
+    /// stream (payload and headers), dropping older ones now and as
+    /// entries are appended; `None` (the default) holds every payload. An
+    /// entry whose payload is not held comes out of the engine with the
+    /// [`crate::unloaded`] message: the broker reads it from where it
+    /// stores entries (the file log's segments).
+    pub fn cache_payloads(&mut self, bytes: Option<usize>) {
+        self.cache = bytes;
+        for s in self.streams.values_mut() {
+            s.cache = bytes;
+            s.entries.shrink_cache(bytes);
+        }
+    }
+
+    /// Restores entries read back from storage, in id order, whose
+    /// payloads stay where they are (not held in memory): what
+    /// [`Engine::restore`] does with an [`Change::Appended`] of the
+    /// [`crate::unloaded`] message, for a run of one stream's entries at
+    /// once. Entries at or below the stream's last id are passed over.
+    pub fn restore_entries(
+        &mut self,
+        stream: &str,
+        entries: impl IntoIterator<Item = (EntryId, Option<Arc<CopyOf>>)>,
+    ) {
+        let cache = self.cache;
+        let s = self.streams.entry_ref(stream);
+        s.cache = cache;
+        for (id, copy) in entries {
+            s.restore_entry(id, copy, None);
+        }
     }
 
     /// Whether the stream exists.

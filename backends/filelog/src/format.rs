@@ -238,8 +238,12 @@ impl<'a> Reader<'a> {
     }
 
     fn string(&mut self, what: &str) -> Result<String, String> {
+        Ok(self.str(what)?.to_owned())
+    }
+
+    fn str(&mut self, what: &str) -> Result<&'a str, String> {
         let bytes = self.bytes(what)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+        std::str::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))
     }
 
     fn ids(&mut self, what: &str) -> Result<Vec<EntryId>, String> {
@@ -316,15 +320,63 @@ pub(crate) fn message_len(message: &Message) -> usize {
         .saturating_add(message.payload.len())
 }
 
-/// A decoded entry.
-pub(crate) struct DecodedEntry {
-    pub(crate) id: EntryId,
-    pub(crate) message: Arc<Message>,
-    pub(crate) copy: Option<Arc<CopyOf>>,
+/// Decodes an entry frame's body: its message (headers and payload).
+pub(crate) fn read_entry(body: &[u8]) -> Result<Message, String> {
+    if let Some(payload) = plain_payload(body) {
+        return Ok(Message::new(payload.to_vec()));
+    }
+    let (_, _, message) = parse_entry(body, true)?;
+    message.ok_or_else(|| "no message decoded".to_owned())
 }
 
-/// Decodes an entry frame's body.
-pub(crate) fn read_entry(body: &[u8]) -> Result<DecodedEntry, String> {
+/// The payload of an entry that is no retry copy and has no headers (the
+/// common case, decoded without the general walk), or `None`.
+fn plain_payload(body: &[u8]) -> Option<&[u8]> {
+    const PAYLOAD_AT: usize = 16 + 1 + 4 + 4;
+    let rest = body.get(16..PAYLOAD_AT)?;
+    if rest[..5] != [0; 5] {
+        return None;
+    }
+    let len = u32::from_le_bytes([rest[5], rest[6], rest[7], rest[8]]) as usize;
+    body.get(PAYLOAD_AT..)
+        .filter(|payload| payload.len() == len)
+}
+
+/// Checks an entry frame's body whole and returns its id and retry-copy
+/// marker, copying nothing of its message (what opening needs: payloads
+/// stay on disk).
+pub(crate) fn read_entry_key(body: &[u8]) -> Result<(EntryId, Option<Arc<CopyOf>>), String> {
+    if plain_payload(body).is_some() {
+        return Ok((entry_id(body)?, None));
+    }
+    let (id, copy, _) = parse_entry(body, false)?;
+    Ok((id, copy))
+}
+
+/// The id of an entry frame's body, without decoding the rest.
+pub(crate) fn entry_id(body: &[u8]) -> Result<EntryId, String> {
+    match body.get(..16) {
+        Some(b) => {
+            let mut ms = [0u8; 8];
+            let mut seq = [0u8; 8];
+            ms.copy_from_slice(&b[..8]);
+            seq.copy_from_slice(&b[8..]);
+            Ok(EntryId::new(
+                u64::from_le_bytes(ms),
+                u64::from_le_bytes(seq),
+            ))
+        }
+        None => Err("record ends inside the entry id".to_owned()),
+    }
+}
+
+/// An entry decoded: its id, retry-copy marker and, when asked for, its
+/// message.
+type Parsed = (EntryId, Option<Arc<CopyOf>>, Option<Message>);
+
+/// Decodes an entry frame's body; the message only with `message` (else
+/// its headers and payload are checked and skipped).
+fn parse_entry(body: &[u8], message: bool) -> Result<Parsed, String> {
     let mut r = Reader::new(body);
     let id = r.id("the entry id")?;
     let copy = match r.u8("the copy flag")? {
@@ -342,17 +394,22 @@ pub(crate) fn read_entry(body: &[u8]) -> Result<DecodedEntry, String> {
     let count = r.u32("the header count")?;
     let mut headers = Headers::new();
     for _ in 0..count {
-        let k = r.string("a header name")?;
-        let v = r.string("a header value")?;
-        headers.insert(k, v);
+        if message {
+            let k = r.string("a header name")?;
+            let v = r.string("a header value")?;
+            headers.insert(k, v);
+        } else {
+            r.str("a header name")?;
+            r.str("a header value")?;
+        }
     }
-    let payload = r.bytes("the payload")?.to_vec();
+    let payload = r.bytes("the payload")?;
     r.finish("the entry")?;
-    Ok(DecodedEntry {
-        id,
-        message: Arc::new(Message { headers, payload }),
-        copy,
-    })
+    let message = message.then(|| Message {
+        headers,
+        payload: payload.to_vec(),
+    });
+    Ok((id, copy, message))
 }
 
 // ---- changes ------------------------------------------------------------------
@@ -640,10 +697,10 @@ mod tests {
             panic!("frame")
         };
         assert_eq!((kind, len), (KIND_ENTRY, out.len()));
-        let e = read_entry(body).unwrap();
-        assert_eq!(e.id, EntryId::new(5, 6));
-        assert_eq!(*e.message, message);
-        assert_eq!(e.copy.as_deref(), Some(&copy));
+        assert_eq!(read_entry(body).unwrap(), message);
+        let (id, copied) = read_entry_key(body).unwrap();
+        assert_eq!(id, EntryId::new(5, 6));
+        assert_eq!(copied.as_deref(), Some(&copy));
     }
 
     #[test]

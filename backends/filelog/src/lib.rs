@@ -26,9 +26,11 @@
 //! a persistence that writes every state change to disk before the call
 //! returns: entries to per-stream segment files, group state (deliveries,
 //! acks, retries, dead letters, cursors, trims) to a journal that is
-//! compacted into snapshots. Opening the directory replays both. The retained
-//! entries of every stream are also kept in memory, as Redis does;
-//! retention bounds both.
+//! compacted into snapshots. Opening the directory replays both. Memory
+//! holds group state, each retained entry's id (a few bytes) and a
+//! sparse index of the segments, and the payloads of each stream's newest
+//! entries ([`FileLogOptions::cache_bytes`]); older payloads are read from
+//! the segments when handed out. Retention bounds the disk.
 //!
 //! - **Durability.** With [`SyncPolicy::EveryPublish`] (the default) a
 //!   publish returns only after `fsync`; concurrent publishes share one
@@ -75,6 +77,7 @@
 mod format;
 mod lock;
 mod options;
+mod payloads;
 mod recover;
 mod store;
 mod sync;

@@ -53,6 +53,12 @@ pub struct FileLogOptions {
     /// The group-state journal is compacted into a snapshot once it is
     /// larger than this and four times the last snapshot (default 64 MiB).
     pub compact_journal_bytes: u64,
+    /// Payload bytes (payloads and headers) of each stream's newest
+    /// entries held in memory, so that consumers keeping up read them
+    /// without touching the disk (default 16 MiB). Older payloads are read
+    /// from the segment files (through the page cache) when handed out;
+    /// memory holds their ids, a sparse index and group state only.
+    pub cache_bytes: u64,
 }
 
 impl Default for FileLogOptions {
@@ -62,6 +68,7 @@ impl Default for FileLogOptions {
             segment_bytes: 64 << 20,
             retention: Retention::default(),
             compact_journal_bytes: 64 << 20,
+            cache_bytes: 16 << 20,
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use ruststream_engine::{Change, Engine};
 use crate::format::{self, Frame};
 use crate::lock::{DirLock, holder, lock_dir};
 use crate::options::FileLogOptions;
+use crate::payloads::{Payloads, index_entry};
 use crate::store::{
     Journal, Segment, Store, StreamFiles, create_private_dir, create_with_header, io_error,
     journal_path, others_can_enter, segment_first_id, snapshot_path, stream_from_dir_name,
@@ -52,20 +54,36 @@ fn corrupt(path: &Path, offset: u64, detail: impl Into<String>) -> BrokerError {
 /// Reads a whole file and checks its header. A file shorter than its
 /// header (a crash while it was being created) gets a fresh header.
 fn read_file(path: &Path, tag: &[u8; 6], access: Access) -> BrokerResult<Vec<u8>> {
-    let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
+    let mut bytes = Vec::new();
+    read_file_into(path, tag, access, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_file`] into `bytes` (a buffer reused from file to file).
+fn read_file_into(
+    path: &Path,
+    tag: &[u8; 6],
+    access: Access,
+    bytes: &mut Vec<u8>,
+) -> BrokerResult<()> {
+    bytes.clear();
+    fs::File::open(path)
+        .and_then(|mut file| file.read_to_end(bytes))
+        .map_err(|e| io_error(path, e))?;
     if bytes.len() < format::FILE_HEADER_LEN
         && tag[..bytes.len().min(6)] == bytes[..bytes.len().min(6)]
     {
+        bytes.clear();
+        bytes.extend_from_slice(&format::file_header(tag));
         if access == Access::ReadOnly {
             // Being created right now: empty so far.
-            return Ok(format::file_header(tag).to_vec());
+            return Ok(());
         }
         tracing::warn!(path = %path.display(), "file cut short in its header (crash while it was created): header rewritten");
         fs::write(path, format::file_header(tag)).map_err(|e| io_error(path, e))?;
-        return Ok(format::file_header(tag).to_vec());
+        return Ok(());
     }
-    format::check_file_header(&bytes, tag).map_err(|detail| corrupt(path, 0, detail))?;
-    Ok(bytes)
+    format::check_file_header(bytes, tag).map_err(|detail| corrupt(path, 0, detail))
 }
 
 /// Walks the frames of a file after its header. A bad frame followed by
@@ -77,14 +95,15 @@ fn walk_frames(
     path: &Path,
     bytes: &[u8],
     tail: Tail,
-    mut on_frame: impl FnMut(u8, &[u8]) -> Result<(), String>,
+    mut on_frame: impl FnMut(u8, &[u8], u64) -> Result<(), String>,
 ) -> BrokerResult<u64> {
     let mut at = format::FILE_HEADER_LEN;
     loop {
         match format::read_frame(&bytes[at..]) {
             Frame::End => return Ok(at as u64),
             Frame::Ok { kind, body, len } => {
-                on_frame(kind, body).map_err(|detail| corrupt(path, at as u64, detail))?;
+                on_frame(kind, body, at as u64)
+                    .map_err(|detail| corrupt(path, at as u64, detail))?;
                 at += len;
             }
             Frame::Bad(reason) => {
@@ -157,7 +176,9 @@ fn track_trims(trims: &mut HashMap<String, Trims>, change: &Change) {
     }
 }
 
-/// Loads one stream's segments into the engine.
+/// Loads one stream's segments into the engine: the entries' ids and
+/// retry-copy markers (their payloads stay on disk), and each segment's
+/// sparse index.
 pub(crate) fn load_stream(
     dir: &Path,
     stream: &str,
@@ -177,37 +198,40 @@ pub(crate) fn load_stream(
     let mut segments = Vec::with_capacity(names.len());
     let mut last_id = EntryId::ZERO;
     let mut count = 0;
+    let mut keys = Vec::new();
+    let mut bytes = Vec::new();
     for (first, path) in names {
-        let bytes = read_file(&path, format::SEGMENT_TAG, access)?;
-        let mut last = None;
-        let len = walk_frames(&path, &bytes, access.appended_tail(), |kind, body| {
-            if kind != format::KIND_ENTRY {
-                return Err(format!("record kind {kind} in a segment, expected entries"));
-            }
-            let entry = format::read_entry(body)?;
-            if entry.id <= last_id || entry.id < first {
-                return Err(format!(
-                    "entry id {} does not follow {last_id} (segment starts at {first})",
-                    entry.id
-                ));
-            }
-            last_id = entry.id;
-            last = Some(entry.id);
-            count += 1;
-            engine.restore(Change::Appended {
-                stream: stream.to_owned(),
-                id: entry.id,
-                message: entry.message,
-                copy: entry.copy,
-            });
-            Ok(())
-        })?;
-        segments.push(Segment {
-            path,
-            first,
-            last,
-            bytes: len,
-        });
+        read_file_into(&path, format::SEGMENT_TAG, access, &mut bytes)?;
+        let (mut last, mut index) = (None, Vec::new());
+        keys.clear();
+        let len = walk_frames(
+            &path,
+            &bytes,
+            access.appended_tail(),
+            |kind, body, offset| {
+                if kind != format::KIND_ENTRY {
+                    return Err(format!("record kind {kind} in a segment, expected entries"));
+                }
+                let (id, copy) = format::read_entry_key(body)?;
+                if id <= last_id || id < first {
+                    return Err(format!(
+                        "entry id {id} does not follow {last_id} (segment starts at {first})"
+                    ));
+                }
+                last_id = id;
+                last = Some(id);
+                index_entry(&mut index, id, offset);
+                keys.push((id, copy));
+                Ok(())
+            },
+        )?;
+        count += keys.len() as u64;
+        engine.restore_entries(stream, keys.drain(..));
+        let mut segment = Segment::new(path, first);
+        segment.last = last;
+        segment.bytes = len;
+        segment.index = index;
+        segments.push(segment);
     }
     Ok((segments, count))
 }
@@ -223,7 +247,7 @@ pub(crate) fn replay_snapshot(
     let bytes = read_file(path, format::SNAPSHOT_TAG, access)?;
     let mut applied = 0u64;
     let mut ended = None;
-    walk_frames(path, &bytes, Tail::Refuse, |kind, body| {
+    walk_frames(path, &bytes, Tail::Refuse, |kind, body, _| {
         match kind {
             format::KIND_CHANGES => {
                 for change in format::read_changes(body)? {
@@ -254,7 +278,7 @@ pub(crate) fn replay_journal(
     mut apply: impl FnMut(Change),
 ) -> BrokerResult<u64> {
     let bytes = read_file(path, format::JOURNAL_TAG, access)?;
-    walk_frames(path, &bytes, access.appended_tail(), |kind, body| {
+    walk_frames(path, &bytes, access.appended_tail(), |kind, body, _| {
         if kind != format::KIND_CHANGES {
             return Err(format!("record kind {kind} in a journal"));
         }
@@ -290,6 +314,11 @@ fn warn_if_others_can_enter(dir: &Path) {
 #[cfg(not(unix))]
 fn warn_if_others_can_enter(_dir: &Path) {}
 
+/// The payload bytes the engine holds per stream.
+pub(crate) fn cache_limit(options: &FileLogOptions) -> usize {
+    usize::try_from(options.cache_bytes).unwrap_or(usize::MAX)
+}
+
 /// Opens (creating if needed) the file log in `dir`; read-only, it must
 /// exist, and nothing is created, repaired or removed.
 pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> BrokerResult<Opened> {
@@ -314,6 +343,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
     let syncer = Syncer::new(options.sync);
 
     let mut engine = Engine::new();
+    engine.cache_payloads(Some(cache_limit(&options)));
     let mut streams = HashMap::new();
     let mut entries = 0;
     let mut stream_dirs: Vec<PathBuf> = fs::read_dir(&streams_dir)
@@ -443,7 +473,9 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
         entry_buf: Vec::new(),
         runs: Vec::new(),
         journal_buf: Vec::new(),
+        entry_starts: Vec::new(),
         marks: Vec::new(),
+        payloads: Payloads::default(),
         touched: Vec::new(),
         read_only: None,
     };

@@ -7,13 +7,15 @@ use std::io::Write;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use ruststream_core::{BrokerError, BrokerResult, EntryId, Message, Trim};
-use ruststream_engine::{Change, Engine};
+use ruststream_core::{BrokerError, BrokerResult, Entry, EntryId, Message, Trim};
+use ruststream_engine::{Change, Engine, is_unloaded};
 use ruststream_local::Persistence;
 
 use crate::format;
 use crate::options::{FileLogOptions, Retention};
+use crate::payloads::{self, Payloads};
 use crate::sync::{Syncer, write_or_inject};
 use crate::trims::Trims;
 use crate::undo::{self, UndoPlan};
@@ -27,6 +29,27 @@ pub(crate) struct Segment {
     /// The last entry written to it, if any.
     pub(crate) last: Option<EntryId>,
     pub(crate) bytes: u64,
+    /// Sparse index: an entry id and its record's offset about every
+    /// [`payloads::INDEX_SPACING`] bytes, in order.
+    pub(crate) index: Vec<(EntryId, u64)>,
+    /// Tells this segment apart from every other one of the process
+    /// ([`Segment::new`]) more cheaply than its path.
+    pub(crate) serial: u64,
+}
+
+impl Segment {
+    /// A segment of `path`, its first id `first`, with a new serial.
+    pub(crate) fn new(path: PathBuf, first: EntryId) -> Self {
+        static SERIAL: AtomicU64 = AtomicU64::new(0);
+        Segment {
+            path,
+            first,
+            last: None,
+            bytes: format::FILE_HEADER_LEN as u64,
+            index: Vec::new(),
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 /// A stream's files.
@@ -54,6 +77,8 @@ pub(crate) struct Run {
     first: EntryId,
     last: EntryId,
     bytes: Range<usize>,
+    /// Its entries in `Store::entry_starts`.
+    entries: Range<usize>,
 }
 
 /// Where a file ended before a call wrote to it, to take the call's
@@ -103,7 +128,11 @@ pub(crate) struct Store {
     pub(crate) entry_buf: Vec<u8>,
     pub(crate) runs: Vec<Run>,
     pub(crate) journal_buf: Vec<u8>,
+    /// Each encoded entry's id and where it starts in `entry_buf`.
+    pub(crate) entry_starts: Vec<(EntryId, usize)>,
     pub(crate) marks: Vec<Mark>,
+    /// Reads payloads the engine does not hold back from the segments.
+    pub(crate) payloads: Payloads,
     pub(crate) touched: Vec<Arc<File>>,
     /// Set for a read-only view of a directory another process holds (who
     /// holds it): every change is refused, and upkeep does nothing.
@@ -294,6 +323,7 @@ impl Store {
     /// be stored fails the call before any byte is written.
     fn encode(&mut self, changes: &[Change]) -> BrokerResult<()> {
         self.entry_buf.clear();
+        self.entry_starts.clear();
         self.runs.clear();
         self.journal_buf.clear();
         let mut journaled = None;
@@ -317,16 +347,20 @@ impl Store {
                 },
             )?;
             let end = self.entry_buf.len();
+            self.entry_starts.push((*id, start));
+            let n = self.entry_starts.len();
             match self.runs.last_mut() {
                 Some(run) if change_stream(&changes[run.change]) == stream.as_str() => {
                     run.last = *id;
                     run.bytes.end = end;
+                    run.entries.end = n;
                 }
                 _ => self.runs.push(Run {
                     change: i,
                     first: *id,
                     last: *id,
                     bytes: start..end,
+                    entries: n - 1..n,
                 }),
             }
         }
@@ -396,12 +430,7 @@ impl Store {
             let path = files.dir.join(segment_file_name(run.first));
             let header = format::file_header(format::SEGMENT_TAG);
             let file = create_with_header(&self.syncer, &path, &header)?;
-            files.segments.push(Segment {
-                path,
-                first: run.first,
-                last: None,
-                bytes: format::FILE_HEADER_LEN as u64,
-            });
+            files.segments.push(Segment::new(path, run.first));
             files.active = Some(Arc::new(file));
             created = true;
         }
@@ -427,6 +456,10 @@ impl Store {
             bytes,
             &segment.path,
         )?;
+        for &(id, start) in &self.entry_starts[run.entries.clone()] {
+            let offset = segment.bytes + (start - run.bytes.start) as u64;
+            payloads::index_entry(&mut segment.index, id, offset);
+        }
         segment.bytes += bytes.len() as u64;
         segment.last = Some(run.last);
         touch(&mut self.touched, &file);
@@ -502,6 +535,7 @@ impl Store {
     /// be cut back the store stops: it may now end in a partial record.
     fn unwrite(&mut self, changes: &[Change]) {
         let marks = std::mem::take(&mut self.marks);
+        self.payloads.forget();
         for mark in marks.into_iter().rev() {
             match mark.kind {
                 MarkKind::Journal => {
@@ -549,6 +583,7 @@ impl Store {
                     {
                         segment.bytes = bytes;
                         segment.last = last;
+                        segment.index.retain(|(_, offset)| *offset < bytes);
                     }
                     files.active = active;
                 }
@@ -602,6 +637,7 @@ impl Store {
             deleted = true;
         }
         if deleted {
+            self.payloads.forget();
             let dir = files.dir.clone();
             fsync_dir(&self.syncer, &dir)?;
         }
@@ -820,6 +856,24 @@ impl Persistence for Store {
         };
         changes.clear();
         result
+    }
+
+    fn load<'e>(
+        &mut self,
+        stream: &str,
+        entries: impl Iterator<Item = &'e mut Entry>,
+    ) -> BrokerResult<()> {
+        let files = self.streams.get(stream);
+        for entry in entries.filter(|e| is_unloaded(&e.message)) {
+            let Some(files) = files else {
+                return Err(BrokerError::InvalidArgument(format!(
+                    "stream {stream:?} has no files to read entry {} from",
+                    entry.id
+                )));
+            };
+            entry.message = self.payloads.load(files, entry.id)?;
+        }
+        Ok(())
     }
 
     fn undo(&mut self, engine: &mut Engine) {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use ruststream_core::{BrokerResult, EntryId};
 use ruststream_engine::{Change, CopyOf, Engine};
 
-use crate::recover::{Access, load_stream, replay_journal, replay_snapshot};
+use crate::recover::{Access, cache_limit, load_stream, replay_journal, replay_snapshot};
 use crate::store::{Store, change_stream, snapshot_path};
 
 /// What a failed call changed, per stream.
@@ -82,6 +82,7 @@ impl UndoPlan {
 pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> BrokerResult<()> {
     let started = std::time::Instant::now();
     let mut rebuilt = Engine::new();
+    rebuilt.cache_payloads(Some(cache_limit(&store.options)));
     let snapshot = engine.snapshot();
     let names: Vec<&str> = snapshot
         .iter()
@@ -96,22 +97,16 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
         if undo.is_some_and(|u| u.dropped) {
             continue;
         }
-        for entry in engine.range(name, EntryId::ZERO, EntryId::MAX, usize::MAX) {
-            if undo.is_some_and(|u| u.appended.binary_search(&entry.id).is_ok()) {
-                continue;
+        // A piece at a time: payloads not in memory stay unloaded.
+        let mut from = EntryId::ZERO;
+        while let Some(piece) = Some(engine.range(name, from, EntryId::MAX, UNDO_PIECE))
+            .filter(|piece| !piece.is_empty())
+        {
+            from = piece.last().map_or(EntryId::MAX, |e| e.id.next());
+            restore_piece(&mut rebuilt, engine, name, undo, piece);
+            if from == EntryId::MAX {
+                break;
             }
-            let copy = engine.copy_of(name, entry.id).map(|c| {
-                Arc::new(CopyOf {
-                    group: c.group.clone(),
-                    times_delivered: c.times_delivered,
-                })
-            });
-            rebuilt.restore(Change::Appended {
-                stream: name.to_owned(),
-                id: entry.id,
-                message: entry.message,
-                copy,
-            });
         }
     }
     for (name, undo) in &plan.streams {
@@ -201,4 +196,35 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
         "a call that could not be written was taken back from memory"
     );
     Ok(())
+}
+
+/// Entries taken from memory a piece at a time while rebuilding.
+const UNDO_PIECE: usize = 65_536;
+
+/// Restores `piece` of `name`'s entries from `engine` into `rebuilt`,
+/// leaving out those the failed call appended.
+fn restore_piece(
+    rebuilt: &mut Engine,
+    engine: &Engine,
+    name: &str,
+    undo: Option<&StreamUndo>,
+    piece: Vec<ruststream_core::Entry>,
+) {
+    for entry in piece {
+        if undo.is_some_and(|u| u.appended.binary_search(&entry.id).is_ok()) {
+            continue;
+        }
+        let copy = engine.copy_of(name, entry.id).map(|c| {
+            Arc::new(CopyOf {
+                group: c.group.clone(),
+                times_delivered: c.times_delivered,
+            })
+        });
+        rebuilt.restore(Change::Appended {
+            stream: name.to_owned(),
+            id: entry.id,
+            message: entry.message,
+            copy,
+        });
+    }
 }

@@ -8,8 +8,10 @@
 //! What differs between them is the persistence: its limits, checked
 //! before a call changes anything (`Persistence::check_*`), where changes
 //! go ([`Persistence::persist`], [`Persistence::undo`]), upkeep after a call
-//! ([`Persistence::upkeep`]: compaction, retention), and waiting for
-//! durability ([`Durability`], which also reports a fail-stop).
+//! ([`Persistence::upkeep`]: compaction, retention), where the payloads the
+//! engine does not hold in memory come from ([`Persistence::load`]: the
+//! file log's segments), and waiting for durability ([`Durability`], which
+//! also reports a fail-stop).
 //!
 //! It lives in a crate of its own rather than in `ruststream-engine` so
 //! that the engine stays pure (no lock, no async runtime, time passed in),
@@ -234,7 +236,7 @@ impl<P: Persistence> LocalBroker<P> {
         &self,
         stream: &str,
         effect: Effect,
-        f: impl FnOnce(&mut Engine, u64) -> BrokerResult<T>,
+        f: impl FnOnce(&mut Engine, &mut P, u64) -> BrokerResult<T>,
     ) -> BrokerResult<(T, u64)> {
         let now = self.shared.clock.now_ms();
         let (out, wakeup) = {
@@ -248,7 +250,7 @@ impl<P: Persistence> LocalBroker<P> {
             if let Some(refused) = persistence.refuses_changes() {
                 return Err(refused);
             }
-            let out = f(engine, now);
+            let out = f(engine, persistence, now);
             let ticket = persistence.persist_recorded(engine, changes);
             persistence.upkeep(engine, stream, now, effect == Effect::Publishes);
             let wakeup = match effect {
@@ -268,7 +270,7 @@ impl<P: Persistence> LocalBroker<P> {
         &self,
         stream: &str,
         effect: Effect,
-        f: impl FnOnce(&mut Engine, u64) -> BrokerResult<T>,
+        f: impl FnOnce(&mut Engine, &mut P, u64) -> BrokerResult<T>,
     ) -> BrokerFuture<'static, T> {
         ready(self.change(stream, effect, f).map(|(out, _)| out))
     }
@@ -280,7 +282,7 @@ impl<P: Persistence> LocalBroker<P> {
         effect: Effect,
         f: impl FnOnce(&mut Engine, u64) -> BrokerResult<T>,
     ) -> BrokerFuture<'a, T> {
-        let changed = self.change(stream, effect, f);
+        let changed = self.change(stream, effect, |e, _, now| f(e, now));
         match (&self.shared.durability, changed) {
             (Some(durability), Ok((out, ticket))) => Box::pin(async move {
                 durability.wait(ticket).await?;
@@ -290,16 +292,24 @@ impl<P: Persistence> LocalBroker<P> {
         }
     }
 
-    /// Runs `f` on the engine under the lock, read-only, once admitted.
+    /// Runs `f` on the engine under the lock, read-only, once admitted;
+    /// `f` gets the persistence to load payloads with
+    /// ([`Persistence::load`]).
     fn inspect<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Engine, u64) -> BrokerResult<T>,
+        f: impl FnOnce(&Engine, &mut P, u64) -> BrokerResult<T>,
     ) -> BrokerFuture<'static, T> {
         if let Err(error) = self.admit() {
             return ready(Err(error));
         }
         let now = self.shared.clock.now_ms();
-        ready(f(&self.lock().engine, now))
+        let mut state = self.lock();
+        let State {
+            engine,
+            persistence,
+            ..
+        } = &mut *state;
+        ready(f(engine, persistence, now))
     }
 
     /// A call that changes the group state of `ids` entries, once admitted
@@ -312,7 +322,7 @@ impl<P: Persistence> LocalBroker<P> {
         ids: &[EntryId],
         extra: usize,
         effect: Effect,
-        f: impl FnOnce(&mut Engine, u64) -> BrokerResult<u64>,
+        f: impl FnOnce(&mut Engine, &mut P, u64) -> BrokerResult<u64>,
     ) -> BrokerFuture<'static, u64> {
         let checked = self
             .admit()
@@ -337,8 +347,15 @@ impl<P: Persistence> LocalBroker<P> {
         request: &ReadRequest<'_>,
         with_next_due: bool,
     ) -> BrokerResult<(ReadBatch, Option<u64>)> {
-        self.change(request.stream, Effect::Quiet, |e, now| {
-            let batch = e.read(request, now)?;
+        self.change(request.stream, Effect::Quiet, |e, p, now| {
+            let mut batch = e.read(request, now)?;
+            // Payloads not in memory come from storage; if that fails the
+            // read fails, and what it handed out stays pending (claimed
+            // again once idle).
+            p.load(
+                request.stream,
+                batch.deliveries.iter_mut().map(|d| &mut d.entry),
+            )?;
             let next_due = if with_next_due && batch.is_empty() {
                 e.next_due(request, now)
             } else {
@@ -468,7 +485,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
         // An ack makes nothing readable, so no wakeup is needed.
-        self.group_change("an ack", stream, ids, 0, Effect::Quiet, |e, _| {
+        self.group_change("an ack", stream, ids, 0, Effect::Quiet, |e, _, _| {
             e.ack(stream, group, ids)
         })
     }
@@ -486,9 +503,9 @@ impl<P: Persistence> Broker for LocalBroker<P> {
             ids,
             0,
             Effect::Wakes,
-            |e, now| match how {
+            |e, p, now| match how {
                 Retry::Copy => e
-                    .retry_copy(stream, group, ids, now)
+                    .retry_copy_loading(stream, group, ids, now, |id| p.load_one(stream, id))
                     .map(|r| r.len() as u64),
                 Retry::After(delay) => {
                     let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
@@ -512,7 +529,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
             ids,
             extra,
             Effect::Quiet,
-            |e, now| e.dead_letter(stream, group, ids, reason, now),
+            |e, _, now| e.dead_letter(stream, group, ids, reason, now),
         )
     }
 
@@ -536,7 +553,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
             ids,
             0,
             Effect::Quiet,
-            |e, now| e.extend_claim(stream, group, consumer, ids, now),
+            |e, _, now| e.extend_claim(stream, group, consumer, ids, now),
         )
     }
 
@@ -558,7 +575,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
             &[],
             0,
             Effect::Quiet,
-            |e, now| {
+            |e, _, now| {
                 e.delete_consumer(stream, group, consumer, min_idle, now)
                     .map(u64::from)
             },
@@ -572,7 +589,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
-        self.group_change("a redrive", stream, ids, 0, Effect::Wakes, |e, now| {
+        self.group_change("a redrive", stream, ids, 0, Effect::Wakes, |e, _, now| {
             e.redrive(stream, group, ids, now)
         })
     }
@@ -583,13 +600,13 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
-        self.group_change("a discard", stream, ids, 0, Effect::Quiet, |e, _| {
+        self.group_change("a discard", stream, ids, 0, Effect::Quiet, |e, _, _| {
             e.discard(stream, group, ids)
         })
     }
 
     fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo> {
-        self.inspect(|e, _| e.group_info(stream, group))
+        self.inspect(|e, _, _| e.group_info(stream, group))
     }
 
     fn consumers<'a>(
@@ -597,7 +614,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         stream: &'a str,
         group: &'a str,
     ) -> BrokerFuture<'a, Vec<ConsumerInfo>> {
-        self.inspect(|e, now| e.consumers(stream, group, now))
+        self.inspect(|e, _, now| e.consumers(stream, group, now))
     }
 
     fn pending<'a>(
@@ -608,7 +625,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         count: usize,
         consumer: Option<&'a str>,
     ) -> BrokerFuture<'a, Vec<PendingEntry>> {
-        self.inspect(|e, now| e.pending(stream, group, from, count, consumer, now))
+        self.inspect(|e, _, now| e.pending(stream, group, from, count, consumer, now))
     }
 
     fn dead_letters<'a>(
@@ -618,7 +635,11 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         from: EntryId,
         count: usize,
     ) -> BrokerFuture<'a, Vec<DeadLetter>> {
-        self.inspect(|e, _| e.dead_letters(stream, group, from, count))
+        self.inspect(|e, p, _| {
+            let mut dead = e.dead_letters(stream, group, from, count)?;
+            p.load(stream, dead.iter_mut().map(|d| &mut d.entry))?;
+            Ok(dead)
+        })
     }
 
     fn range<'a>(
@@ -628,21 +649,25 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         to: EntryId,
         count: usize,
     ) -> BrokerFuture<'a, Vec<Entry>> {
-        self.inspect(|e, _| Ok(e.range(stream, from, to, count)))
+        self.inspect(|e, p, _| {
+            let mut entries = e.range(stream, from, to, count);
+            p.load(stream, entries.iter_mut())?;
+            Ok(entries)
+        })
     }
 
     fn stream_info<'a>(&'a self, stream: &'a str) -> BrokerFuture<'a, Option<StreamInfo>> {
-        self.inspect(|e, _| Ok(e.stream_info(stream)))
+        self.inspect(|e, _, _| Ok(e.stream_info(stream)))
     }
 
     fn streams(&self) -> BrokerFuture<'_, Vec<String>> {
-        self.inspect(|e, _| Ok(e.stream_names()))
+        self.inspect(|e, _, _| Ok(e.stream_names()))
     }
 
     fn trim<'a>(&'a self, stream: &'a str, trim: Trim) -> BrokerFuture<'a, u64> {
         if let Err(error) = self.admit() {
             return ready(Err(error));
         }
-        self.mutate(stream, Effect::Quiet, |e, _| e.trim(stream, trim))
+        self.mutate(stream, Effect::Quiet, |e, _, _| e.trim(stream, trim))
     }
 }

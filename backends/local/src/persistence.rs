@@ -2,8 +2,12 @@
 //! changes: [`Persistence`] under the broker's lock, [`Durability`]
 //! outside it.
 
-use ruststream_core::{BrokerError, BrokerFuture, BrokerResult, Message, NameKind, check_name};
-use ruststream_engine::{Change, Engine};
+use std::sync::Arc;
+
+use ruststream_core::{
+    BrokerError, BrokerFuture, BrokerResult, Entry, EntryId, Message, NameKind, check_name,
+};
+use ruststream_engine::{Change, Engine, is_unloaded, unloaded};
 
 /// Where a local broker keeps its changes: nowhere (the memory broker's
 /// `Volatile`) or on disk (the file-log broker's store).
@@ -45,6 +49,44 @@ pub trait Persistence: Send + 'static {
     /// default leaves the engine as it is.
     fn undo(&mut self, engine: &mut Engine) {
         let _ = engine;
+    }
+
+    /// Gives each of `entries` of `stream` whose payload the engine does
+    /// not hold in memory (its message is the engine's
+    /// [`ruststream_engine::unloaded`] placeholder) its payload from
+    /// storage. Called under the lock on what reads, ranges and dead-letter
+    /// listings hand out, before anyone sees it. A persistence that bounds
+    /// the payloads its engine holds ([`Engine::cache_payloads`]) reads
+    /// them back here; the default, for one that does not, fails on a
+    /// placeholder (there is none).
+    fn load<'e>(
+        &mut self,
+        stream: &str,
+        entries: impl Iterator<Item = &'e mut Entry>,
+    ) -> BrokerResult<()> {
+        for entry in entries {
+            if is_unloaded(&entry.message) {
+                return Err(BrokerError::InvalidArgument(format!(
+                    "the payload of entry {} of stream {stream:?} is not in memory, and the {} \
+                     broker stores none",
+                    entry.id,
+                    self.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The payload of entry `id` of `stream` from storage
+    /// ([`Persistence::load`] of one entry): what a retry with copy copies
+    /// when the engine does not hold the original's payload.
+    fn load_one(&mut self, stream: &str, id: EntryId) -> BrokerResult<Arc<Message>> {
+        let mut entry = Entry {
+            id,
+            message: unloaded(),
+        };
+        self.load(stream, std::iter::once(&mut entry))?;
+        Ok(entry.message)
     }
 
     /// Checks a stream name before a call that may create the stream (a

@@ -92,6 +92,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ruststream_benches::counting;
+use ruststream_benches::filelog_workload::{CONSUMER, PAYLOAD, READ_COUNT, STREAM};
 use ruststream_core::{
     Broker, BrokerError, Clock, Delivery, EntryId, Message, ReadMode, ReadRequest, StreamStart,
 };
@@ -100,16 +101,8 @@ use ruststream_filelog::{FileLogBroker, FileLogOptions, SyncPolicy};
 
 type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
-const STREAM: &str = "orders";
-const CONSUMER: &str = "worker-1";
 /// The group left with pending entries and dead letters for the reopen.
 const STATE_GROUP: &str = "audit";
-
-/// The payload of every message: 100 bytes of JSON.
-const PAYLOAD: &[u8] = br#"{"order_id":1234567,"customer":"acme-corp","amount_cents":4999,"currency":"EUR","region":"eu-west1"}"#;
-
-/// The consumer's read size.
-const READ_COUNT: usize = 512;
 
 /// Batch of the pre-publishing (not timed) and of the extra publish rows.
 const FILL_BATCH: usize = 512;

@@ -316,3 +316,54 @@ fn trim_keeps_the_newest_entries_besides_pinned_ones() {
     assert_eq!(e.range(S, all[0], all[4], 1).len(), 1);
     assert_eq!(info(&e).lag, 2);
 }
+
+#[test]
+fn a_bounded_cache_hands_out_older_entries_unloaded() {
+    let (mut e, all) = setup(4);
+    // "m0".."m3" are 2 bytes each: the newest two fit 4 bytes.
+    e.cache_payloads(Some(4));
+    let batch = read(&mut e, new_req("a", 10), T0);
+    let loaded: Vec<bool> = batch
+        .deliveries
+        .iter()
+        .map(|d| !is_unloaded(&d.entry.message))
+        .collect();
+    assert_eq!(loaded, [false, false, true, true]);
+    assert_eq!(payloads(&batch)[3], "m3");
+    assert!(is_unloaded(&e.range(S, all[0], all[0], 1)[0].message));
+    // A retry copy of an unloaded original loads it first; a failed load
+    // changes nothing.
+    let failed = e.retry_copy_loading(S, G, &[all[0]], T0, |_| {
+        Err(BrokerError::InvalidArgument("disk".into()))
+    });
+    assert!(failed.is_err());
+    assert_eq!(info(&e).pending, 4);
+    let copied = e
+        .retry_copy_loading(S, G, &[all[0]], T0, |_| Ok(Arc::new(msg("m0"))))
+        .unwrap();
+    let copy = copied[0].copy.unwrap();
+    assert_eq!(e.range(S, copy, copy, 1)[0].payload(), b"m0");
+    assert_eq!(e.copy_of(S, copy).map(|c| c.times_delivered), Some(1));
+}
+
+#[test]
+fn restored_entries_hold_no_payload() {
+    let mut e = Engine::new();
+    e.cache_payloads(Some(1 << 20));
+    let ids = [EntryId::new(5, 0), EntryId::new(5, 1), EntryId::new(9, 0)];
+    let copy = Arc::new(CopyOf {
+        group: G.into(),
+        times_delivered: 2,
+    });
+    e.restore_entries(S, [(ids[0], None), (ids[1], Some(copy)), (ids[2], None)]);
+    // Ids at or below the last one are passed over.
+    e.restore_entries(S, [(ids[1], None)]);
+    let entries = e.range(S, EntryId::ZERO, EntryId::MAX, 10);
+    assert_eq!(entries.iter().map(|x| x.id).collect::<Vec<_>>(), ids);
+    assert!(entries.iter().all(|x| is_unloaded(&x.message)));
+    assert_eq!(e.copy_of(S, ids[1]).map(|c| c.times_delivered), Some(2));
+    assert_eq!(e.stream_info(S).unwrap().last_id, ids[2]);
+    // New entries are held again.
+    let id = publish_one(&mut e, "new", T0);
+    assert_eq!(e.range(S, id, id, 1)[0].payload(), b"new");
+}
