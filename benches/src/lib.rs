@@ -10,7 +10,9 @@
 //!   [`thousands`] for their reports.
 //! - [`redis_loops`]: the consume loops of the Redis benchmarks, by hand
 //!   and through the broker.
+//! - [`cpu`]: CPU time of this process and of a Redis server.
 
+pub mod cpu;
 pub mod redis_loops;
 
 /// Counts heap allocations while switched on.

@@ -66,6 +66,110 @@ impl EntryId {
     }
 }
 
+impl EntryId {
+    /// Parses `ms-seq` (or a bare `ms`) from ASCII bytes in one pass, as a
+    /// broker reads ids off the wire: `None` for anything [`str::parse`]
+    /// would reject. Use `parse` where the reason matters.
+    ///
+    /// ```
+    /// use ruststream_core::EntryId;
+    ///
+    /// assert_eq!(EntryId::parse_ascii(b"17-3"), Some(EntryId::new(17, 3)));
+    /// assert_eq!(EntryId::parse_ascii(b"17"), Some(EntryId::new(17, 0)));
+    /// assert_eq!(EntryId::parse_ascii(b"17-"), None);
+    /// ```
+    #[inline]
+    pub fn parse_ascii(text: &[u8]) -> Option<EntryId> {
+        let (ms, rest) = leading_number(text)?;
+        match rest {
+            [] => Some(EntryId { ms, seq: 0 }),
+            [b'-', seq @ ..] => match leading_number(seq)? {
+                (seq, []) => Some(EntryId { ms, seq }),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The id as `ms-seq` text, written without allocating: for sending
+    /// many ids to a server.
+    ///
+    /// ```
+    /// use ruststream_core::EntryId;
+    ///
+    /// let id = EntryId::new(1_700_000_000_000, 3);
+    /// assert_eq!(id.to_text().as_str(), "1700000000000-3");
+    /// assert_eq!(EntryId::MAX.to_text().as_str(), EntryId::MAX.to_string());
+    /// ```
+    #[inline]
+    pub fn to_text(self) -> IdText {
+        let mut text = IdText {
+            bytes: [0; ID_TEXT_MAX],
+            start: ID_TEXT_MAX,
+        };
+        text.push_number(self.seq);
+        text.start -= 1;
+        text.bytes[text.start] = b'-';
+        text.push_number(self.ms);
+        text
+    }
+}
+
+/// The digits of a number at the start of `text`, and what follows them;
+/// `None` if there are none or they overflow a `u64`.
+#[inline]
+fn leading_number(text: &[u8]) -> Option<(u64, &[u8])> {
+    let digits = text.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &b in &text[..digits] {
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some((n, &text[digits..]))
+}
+
+/// The longest id text: two 20-digit numbers and a dash.
+const ID_TEXT_MAX: usize = 41;
+
+/// An [`EntryId`] as `ms-seq` text on the stack ([`EntryId::to_text`]).
+#[derive(Clone, Copy)]
+pub struct IdText {
+    bytes: [u8; ID_TEXT_MAX],
+    /// The text is `bytes[start..]`: it is written from the end.
+    start: usize,
+}
+
+impl IdText {
+    /// Prepends `n`'s digits.
+    #[inline]
+    fn push_number(&mut self, mut n: u64) {
+        loop {
+            self.start -= 1;
+            // `n % 10` is below 10, so the cast keeps it whole.
+            self.bytes[self.start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
+    /// The text's bytes.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+
+    /// The text.
+    #[inline]
+    pub fn as_str(&self) -> &str {
+        // Only ASCII digits and a dash are ever written.
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+}
+
 impl fmt::Display for EntryId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}-{}", self.ms, self.seq)
@@ -96,6 +200,10 @@ impl FromStr for EntryId {
     /// Parses `ms-seq`. A bare `ms` (no `-seq`) is accepted as `ms-0`, as
     /// Redis does for range bounds; anything else is rejected.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if let Some(id) = EntryId::parse_ascii(text.as_bytes()) {
+            return Ok(id);
+        }
+        // Not an id: find the reason.
         let err = |reason| ParseEntryIdError {
             text: text.to_owned(),
             reason,
@@ -123,6 +231,40 @@ impl FromStr for EntryId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fast_parser_and_printer_agree_with_the_careful_ones() {
+        let texts = [
+            "0-0",
+            "5-7",
+            "42",
+            "1700000000000-3",
+            "18446744073709551615-18446744073709551615",
+            "18446744073709551616-0",
+            "1-18446744073709551616",
+            "",
+            "-",
+            "-1",
+            "1-",
+            "1--2",
+            "1-2-3",
+            "a-1",
+            "1-a",
+            " 1-2",
+            "1-2 ",
+            "+1-2",
+            "1-+2",
+            "01-002",
+        ];
+        for text in texts {
+            let careful = text.parse::<EntryId>().ok();
+            assert_eq!(EntryId::parse_ascii(text.as_bytes()), careful, "{text:?}");
+            if let Some(id) = careful {
+                assert_eq!(id.to_text().as_str(), id.to_string(), "{text:?}");
+            }
+        }
+        assert_eq!(EntryId::ZERO.to_text().as_str(), "0-0");
+    }
 
     #[test]
     fn parses_and_prints() {

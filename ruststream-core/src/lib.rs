@@ -52,7 +52,7 @@ pub use broker::{Broker, BrokerFuture, ReadBatch, ReadMode, ReadRequest, Retry, 
 pub use clock::Clock;
 pub use error::{BrokerError, BrokerResult};
 pub use headers::Headers;
-pub use id::{EntryId, ParseEntryIdError};
+pub use id::{EntryId, IdText, ParseEntryIdError};
 pub use info::{ConsumerInfo, DeadLetter, GroupInfo, PendingEntry, StreamInfo, StreamStart};
 pub use message::{Delivery, Entry, Message};
 pub use names::{MAX_NAME_LEN, NameKind, NameRules, check_name, check_stream_group};

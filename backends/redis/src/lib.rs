@@ -151,8 +151,8 @@
 //!
 //! ## Settling is all or nothing
 //!
-//! Every settle call (ack, retry with copy, retry after a delay, dead
-//! letter, redrive, discard) is one script call over all its ids, and every
+//! Every settle call (retry with copy, retry after a delay, dead letter,
+//! redrive, discard) is one script call over all its ids, and every
 //! script reads and checks first (the group exists, each side key is
 //! missing or of its type, the ids are pending, owed or dead-lettered) and
 //! writes last, with writes that cannot fail. A script that fails is not
@@ -162,6 +162,14 @@
 //! made again, it ignores entries that are no longer pending.) This is the
 //! Redis side of the promise in `docs/guarantees.md` about multi-step
 //! changes that fail part-way.
+//!
+//! An ack changes each entry on its own (nothing else depends on it), and
+//! it is the hot path, so it is cheaper: one plain `XACK` (itself atomic)
+//! when every id is pending, as it is for what the runtime holds. When
+//! some id was not pending, the ack script then looks for it among the
+//! entries owed again. An error from that second step leaves the entries
+//! `XACK` found acked and the rest as they were (each entry is acked or
+//! not, never half-way), and the same ack made again finishes it.
 //!
 //! No entry `XADD` accepts can break a script. Lua passes at most about
 //! 8000 values to one command, so a script cannot append a copy or a dead

@@ -109,53 +109,74 @@ impl From<BadReply> for ScriptError {
 
 /// One call of a script, its KEYS and ARGV in the order the script reads
 /// them. Kept as arguments rather than an invocation so that the same call
-/// can run as `EVALSHA` or, inside a `MULTI`, as `EVAL`.
+/// can run as `EVALSHA` or, inside a `MULTI`, as `EVAL`; kept in one
+/// buffer (a [`Cmd`] without a name) so that an ack of 500 ids makes no
+/// allocation per id.
 #[derive(Clone)]
 struct Call<'a> {
     lua: &'a Lua,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    /// How many of `parts` are KEYS; the rest are ARGV.
+    keys: usize,
+    parts: Cmd,
 }
 
 impl<'a> Call<'a> {
     fn new(lua: &'a Lua, keys: &[&str]) -> Self {
+        let mut parts = Cmd::new();
+        for key in keys {
+            parts.arg(*key);
+        }
         Call {
             lua,
-            keys: keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
-            args: Vec::new(),
+            keys: keys.len(),
+            parts,
         }
     }
 
     fn arg(mut self, arg: impl ToRedisArgs) -> Self {
-        arg.write_redis_args(&mut self.args);
+        self.parts.arg(arg);
         self
     }
 
     fn ids(mut self, ids: &[EntryId]) -> Self {
-        self.args
-            .extend(ids.iter().map(|id| id.to_string().into_bytes()));
+        for id in ids {
+            self.parts.arg(id.to_text().as_bytes());
+        }
         self
     }
 
+    /// `command` (`EVALSHA` or `EVAL`) with `script` (hash or code), then
+    /// the KEYS count, the KEYS and the ARGV.
+    fn command(&self, command: &str, script: &str) -> Cmd {
+        let mut cmd = redis::cmd(command);
+        cmd.arg(script).arg(self.keys);
+        for part in self.parts.args_iter() {
+            if let redis::Arg::Simple(bytes) = part {
+                cmd.arg(bytes);
+            }
+        }
+        cmd
+    }
+
+    /// Runs the call with `EVALSHA`; after a `NOSCRIPT` (a restarted
+    /// server, `SCRIPT FLUSH`, a node that never saw the script) with
+    /// `EVAL`, on the same node, which caches the script there again.
     async fn invoke<T: FromRedisValue>(&self, conn: &mut Conn) -> RedisResult<T> {
-        let mut invocation = self.lua.script.prepare_invoke();
-        for key in &self.keys {
-            invocation.key(&key[..]);
+        match self
+            .command("EVALSHA", self.lua.script.get_hash())
+            .query_async(conn)
+            .await
+        {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.eval().query_async(conn).await
+            }
+            result => result,
         }
-        for arg in &self.args {
-            invocation.arg(&arg[..]);
-        }
-        invocation.invoke_async(conn).await
     }
 
     /// The call as `EVAL`, for inside a `MULTI`.
     fn eval(&self) -> Cmd {
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(&self.lua.code).arg(self.keys.len());
-        for part in self.keys.iter().chain(&self.args) {
-            eval.arg(&part[..]);
-        }
-        eval
+        self.command("EVAL", &self.lua.code)
     }
 }
 

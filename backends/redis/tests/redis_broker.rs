@@ -336,6 +336,41 @@ async fn the_broker_reconnects_after_its_connections_are_killed() {
     assert_eq!(got[0].entry.payload(), b"after");
 }
 
+/// After `SCRIPT FLUSH` (as after a server restart) a settle script is
+/// sent again with `EVAL` and works; a script call's ids, keys and
+/// arguments reach the script intact both ways.
+#[tokio::test]
+async fn settle_scripts_run_again_after_the_script_cache_is_flushed() {
+    let broker = RedisBroker::standalone(url());
+    let s = unique("script-flush");
+    let ids = deliver_one(&broker, &s, "g", "c", b"a").await;
+    let mut more = deliver_one(&broker, &s, "g", "c", b"b").await;
+    let mut cli = raw(0).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut cli)
+        .await
+        .unwrap();
+    let unknown = EntryId::new(1, 1);
+    assert_eq!(broker.ack(&s, "g", &[ids[0], unknown]).await.unwrap(), 1);
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut cli)
+        .await
+        .unwrap();
+    more.push(unknown);
+    assert_eq!(
+        broker
+            .retry(&s, "g", &more, Retry::After(Duration::ZERO))
+            .await
+            .unwrap(),
+        1
+    );
+    let again = read_new(&broker, &s, "g", "c", 10).await;
+    assert_eq!(again.deliveries.len(), 1, "the retried entry is owed again");
+    assert_eq!(again.deliveries[0].entry.payload(), b"b");
+}
+
 #[tokio::test]
 async fn a_flushed_group_is_nogroup_and_ensure_group_recreates_it() {
     const DB: u32 = 10;

@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 use ruststream::prelude::*;
 use ruststream::{Broker, Message};
 use ruststream_benches::redis_loops::{self, BATCH};
-use ruststream_benches::{Payment, Probe, batches, counting, median, payload};
+use ruststream_benches::{Payment, Probe, batches, counting, cpu, median, payload};
 use ruststream_redis::RedisBroker;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -243,35 +243,67 @@ async fn allocations(
     Ok(made as f64 / N as f64)
 }
 
+/// One run of a row: its wall-clock time, and the CPU time it cost this
+/// process and the server (neither of which other processes on a shared
+/// machine inflate).
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    wall: Duration,
+    client_cpu: Option<Duration>,
+    server_cpu: Option<Duration>,
+}
+
 async fn run_row(
     row: Row,
     conn: &mut redis::aio::MultiplexedConnection,
     broker: &RedisBroker,
     n: u64,
     run: usize,
-) -> BenchResult<Duration> {
+) -> BenchResult<Sample> {
     let stream = format!("rs-bench:{}:{run}:{row:?}", std::process::id());
-    let elapsed = match row {
+    if !matches!(row, Row::PublishHand | Row::PublishBroker) {
+        fill(conn, &stream, n).await?;
+    }
+    let client_before = cpu::process_time();
+    let server_before = cpu::redis_server_time(conn).await;
+    let wall = match row {
         Row::PublishHand => fill(conn, &stream, n).await?,
         Row::PublishBroker => publish_broker(broker, &stream, n).await?,
-        Row::ConsumeHand => {
-            fill(conn, &stream, n).await?;
-            consume_hand(conn, &stream, n).await?
-        }
-        Row::ConsumeBroker => {
-            fill(conn, &stream, n).await?;
-            consume_broker(broker, &stream, n).await?
-        }
+        Row::ConsumeHand => consume_hand(conn, &stream, n).await?,
+        Row::ConsumeBroker => consume_broker(broker, &stream, n).await?,
         Row::SubscriberDefault | Row::SubscriberPrefetch | Row::SubscriberBatch => {
-            fill(conn, &stream, n).await?;
             consume_app(broker, &stream, n, row).await?
         }
     };
+    let client_cpu = cpu::process_time()
+        .zip(client_before)
+        .and_then(|(after, before)| after.checked_sub(before));
+    let server_cpu = cpu::redis_server_time(conn)
+        .await
+        .zip(server_before)
+        .and_then(|(after, before)| after.checked_sub(before));
     redis::cmd("DEL")
         .arg(&stream)
         .query_async::<()>(conn)
         .await?;
-    Ok(elapsed)
+    Ok(Sample {
+        wall,
+        client_cpu,
+        server_cpu,
+    })
+}
+
+/// Microseconds of CPU per message, the median over runs (`-` if any run
+/// could not read its CPU time).
+fn cpu_per_message(samples: &[Option<Duration>], n: u64) -> String {
+    let per: Option<Vec<f64>> = samples
+        .iter()
+        .map(|s| s.map(|d| d.as_secs_f64() * 1e6 / n as f64))
+        .collect();
+    match per {
+        Some(per) if !per.is_empty() => format!("{:.2}", median(per)),
+        _ => "-".to_owned(),
+    }
 }
 
 /// The command line: `--messages N`, and `--only ROW` (a row's index in
@@ -315,22 +347,30 @@ fn main() -> BenchResult<()> {
         );
         if let Some(i) = only {
             let row = *Row::ALL.get(i).ok_or("--only takes a row index, 0 to 6")?;
-            let elapsed = run_row(row, &mut conn, &broker, n, 0).await?;
-            println!("{}: {:.0} msg/s", row.label(), n as f64 / elapsed.as_secs_f64());
+            let sample = run_row(row, &mut conn, &broker, n, 0).await?;
+            println!(
+                "{}: {:.0} msg/s, client CPU {} us/msg, server CPU {} us/msg",
+                row.label(),
+                n as f64 / sample.wall.as_secs_f64(),
+                cpu_per_message(&[sample.client_cpu], n),
+                cpu_per_message(&[sample.server_cpu], n),
+            );
             return Ok(());
         }
         // Warm-up: connections, scripts loaded, allocator.
         for row in Row::ALL {
             run_row(row, &mut conn, &broker, 20_000, usize::MAX).await?;
         }
-        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); Row::ALL.len()];
+        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); Row::ALL.len()];
         for run in 0..REPS {
             for (i, row) in Row::ALL.into_iter().enumerate() {
-                let elapsed = run_row(row, &mut conn, &broker, n, run).await?;
-                rates[i].push(n as f64 / elapsed.as_secs_f64());
+                samples[i].push(run_row(row, &mut conn, &broker, n, run).await?);
             }
         }
-        let rates: Vec<f64> = rates.into_iter().map(median).collect();
+        let rates: Vec<f64> = samples
+            .iter()
+            .map(|runs| median(runs.iter().map(|s| n as f64 / s.wall.as_secs_f64()).collect()))
+            .collect();
         let mut allocs = Vec::new();
         for row in Row::ALL {
             allocs.push(allocations(row, &mut conn, &broker).await?);
@@ -340,18 +380,24 @@ fn main() -> BenchResult<()> {
             _ => rates[2],
         };
         println!();
-        println!("| row | msg/s | vs hand loop | client allocs/msg |");
-        println!("|:--|--:|--:|--:|");
+        println!(
+            "| row | msg/s | vs hand loop | client allocs/msg | client CPU us/msg | server CPU us/msg |"
+        );
+        println!("|:--|--:|--:|--:|--:|--:|");
         for (i, row) in Row::ALL.into_iter().enumerate() {
             let allocs = match row {
                 Row::PublishHand | Row::PublishBroker => "".to_owned(),
                 _ => format!("{:.2}", allocs[i]),
             };
+            let client: Vec<_> = samples[i].iter().map(|s| s.client_cpu).collect();
+            let server: Vec<_> = samples[i].iter().map(|s| s.server_cpu).collect();
             println!(
-                "| {} | {:.0} | {:.2} | {allocs} |",
+                "| {} | {:.0} | {:.2} | {allocs} | {} | {} |",
                 row.label(),
                 rates[i],
-                rates[i] / baseline(row)
+                rates[i] / baseline(row),
+                cpu_per_message(&client, n),
+                cpu_per_message(&server, n),
             );
         }
         let best = rates[4].max(rates[5]) / rates[2];

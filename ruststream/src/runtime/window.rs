@@ -5,9 +5,10 @@
 //! it, down to the first read's size (4 per worker), so that a lone entry
 //! is handled at once and a backlog is read in large batches.
 //!
-//! The next read goes out while the last one is still being handled: once
-//! no more than half the window is unsettled, the reader asks for the rest,
-//! so the handlers never wait for a read, and entries read and not yet
+//! Reading overlaps handling and settling: a read asks for a quarter of
+//! the window, and the reader asks again as soon as a quarter is free, so
+//! the broker reads the next batch while the handlers work on the last one
+//! and the acks of the one before are on their way; and entries read and not yet
 //! settled never pass the bound (a crash redelivers at most that many,
 //! `docs/guarantees.md`). Entries parked on `by_key` lanes for a retry's
 //! delay count against the bound, not against the window.
@@ -49,19 +50,26 @@ impl ReadWindow {
 
     /// How many entries to read with `unsettled` entries read and not yet
     /// settled, `parked` of them held on `by_key` lanes for a retry's
-    /// delay; `None` while more than half the window is in work (the
-    /// handlers have work; read once they are half-way through it), or the
-    /// bound is reached. Parked entries count against the bound but not
+    /// delay; `None` while less than a read's worth of the window is free,
+    /// or the bound is reached. Parked entries count against the bound but not
     /// against the window, so keys waiting for a retry do not stop the
     /// others.
     #[inline]
     pub(super) fn ask(&self, unsettled: usize, parked: usize) -> Option<usize> {
         let working = unsettled.saturating_sub(parked);
-        let low_water = (self.size / 2).min(self.size.saturating_sub(1));
-        if working > low_water {
+        // Reads of a quarter of the window (or the first read's size, if
+        // larger), asked for once a quarter is free: one can be in flight
+        // at the broker while the handlers work on the last one and the
+        // acks of the one before are on their way, rather than each waiting
+        // for the other.
+        let quarter = (self.size / 4).max(1);
+        let free = self.size.saturating_sub(working);
+        if free < quarter {
             return None;
         }
-        let count = (self.size - working).min(self.cap.saturating_sub(unsettled));
+        let count = free
+            .min(quarter.max(self.first))
+            .min(self.cap.saturating_sub(unsettled));
         (count > 0).then_some(count)
     }
 
@@ -95,10 +103,20 @@ mod tests {
     fn full_reads_grow_the_window_to_the_bound_and_short_ones_shrink_it() {
         let mut w = ReadWindow::new(32, 512);
         assert_eq!(w.ask(0, 0), Some(32));
-        assert_eq!(w.ask(17, 0), None, "more than half unsettled: wait");
-        assert_eq!(w.ask(16, 0), Some(16));
+        assert_eq!(
+            w.ask(1, 0),
+            Some(31),
+            "one long handler does not stop reading"
+        );
+        assert_eq!(w.ask(25, 0), None, "less than a quarter free: wait");
         assert_eq!(w.ask(40, 30), Some(22), "parked entries do not count");
         assert_eq!(w.ask(512, 500), None, "the bound is reached");
+        w.took(32, 32, 3200);
+        w.took(64, 64, 6400);
+        assert_eq!(w.size(), 128);
+        assert_eq!(w.ask(0, 0), Some(32), "a quarter of the window");
+        assert_eq!(w.ask(96, 0), Some(32), "a quarter is free: read on");
+        assert_eq!(w.ask(97, 0), None, "less than a quarter free: wait");
         for _ in 0..10 {
             let asked = w.ask(0, 0).unwrap_or(0);
             w.took(asked, asked, asked * 100);

@@ -6,6 +6,7 @@
 use std::future::Future;
 
 use crate::broker::Conn;
+use crate::codec;
 use ruststream_core::{BrokerError, BrokerResult, EntryId, Retry};
 
 use super::{RedisBroker, check_names};
@@ -31,16 +32,37 @@ where
     broker.script(scope, call).await.map(Some)
 }
 
+/// Acks `ids`. The common case, every id pending, is one plain `XACK`:
+/// the ack script costs the server about a quarter more per entry read and
+/// acked (1.23 against 0.97 microseconds of its CPU, `BENCHMARKS.md`).
+/// Only when some id was not pending does the ack script look for the rest
+/// among the entries owed again, which nobody holds. Each entry's ack is
+/// atomic either way; see the crate docs, *Settling is all or nothing*.
 pub(super) async fn ack(
     broker: &RedisBroker,
     stream: &str,
     group: &str,
     ids: &[EntryId],
 ) -> BrokerResult<u64> {
-    let acked = settle(broker, stream, group, ids, |s, conn| {
+    check_names(stream, Some(group), None)?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut xack = redis::cmd("XACK");
+    xack.arg(stream).arg(group);
+    codec::push_ids(&mut xack, ids);
+    let pending: u64 = broker
+        .query(&xack, broker.scope(stream, Some(group)))
+        .await?;
+    if usize::try_from(pending).is_ok_and(|n| n >= ids.len()) {
+        return Ok(pending);
+    }
+    // XACK finds each id at most once, so the ones it acked count 0 in
+    // the script's own XACK and are not counted twice.
+    let owed = settle(broker, stream, group, ids, |s, conn| {
         s.ack(conn, stream, group, ids)
     });
-    Ok(acked.await?.unwrap_or(0))
+    Ok(pending + owed.await?.unwrap_or(0))
 }
 
 pub(super) async fn retry(

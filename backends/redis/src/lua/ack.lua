@@ -13,13 +13,15 @@ local failure = wrong_type({ [DUE] = 'zset', [OWED] = 'hash' })
 if failure then
   return redis.error_reply(failure)
 end
-local ids = {}
-for i = 2, #ARGV do
-  ids[#ids + 1] = ARGV[i]
+-- The ids go from ARGV to XACK in chunks, without a table in between (for
+-- 500 ids the copy cost more than the XACK).
+local n = 0
+for i = 2, #ARGV, CHUNK do
+  n = n + redis.call('XACK', S, G, unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
 end
-local n = call_chunked({ 'XACK', S, G }, ids)
-if n < #ids and redis.call('EXISTS', OWED) == 1 then
-  for _, id in ipairs(ids) do
+if n < #ARGV - 1 and redis.call('EXISTS', OWED) == 1 then
+  for i = 2, #ARGV do
+    local id = ARGV[i]
     if redis.call('HDEL', OWED, id) == 1 then
       redis.call('ZREM', DUE, pad(id), id)
       n = n + 1
