@@ -9,8 +9,10 @@
 //!   benchmarks send; [`batches`] to send it in; [`median`] and
 //!   [`thousands`] for their reports.
 //! - [`redis_loops`]: the consume loops of the Redis benchmarks, by hand
-//!   and through the broker.
+//!   and through the broker; [`memory_loops`]: the fill and the hand loop
+//!   of the memory-broker benchmarks.
 
+pub mod memory_loops;
 pub mod redis_loops;
 
 /// Counts heap allocations while switched on.

@@ -73,16 +73,13 @@
 //! no-ops, the default.
 
 use std::error::Error;
-use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ruststream::prelude::*;
-use ruststream::{
-    Broker, Message, ReadMode, ReadRequest, Subscriber, broker_methods, forward_broker,
-};
-use ruststream_benches::{Payment, Probe, counting, median, payload, thousands};
+use ruststream::{Broker, Subscriber, broker_methods, forward_broker};
+use ruststream_benches::{Payment, Probe, counting, median, memory_loops, payload, thousands};
 use tokio::runtime::Runtime;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -90,7 +87,6 @@ type BenchResult<T> = Result<T, Box<dyn Error>>;
 const STREAM: &str = "payments";
 const FRAMEWORK_GROUP: &str = "ledger";
 const HAND_GROUP: &str = "ledger-hand";
-const HAND_CONSUMER: &str = "hand-1";
 
 /// Messages per timed run (`--messages` changes it).
 const DEFAULT_MESSAGES: u64 = 1_000_000;
@@ -244,15 +240,7 @@ impl Broker for Counted {
 
 /// Publishes the `messages` payments to `broker`'s stream (not timed).
 async fn fill(broker: &dyn Broker, messages: u64) -> BenchResult<()> {
-    const CHUNK: u64 = 512;
-    let mut next = 0;
-    while next < messages {
-        let end = (next + CHUNK).min(messages);
-        let batch: Vec<Message> = (next..end).map(|i| Message::new(payload(i))).collect();
-        broker.publish_batch(STREAM, batch).await?;
-        next = end;
-    }
-    Ok(())
+    memory_loops::fill(broker, STREAM, messages, payload).await
 }
 
 /// A check that a run did what it should (so a fast figure is not a run
@@ -379,28 +367,9 @@ async fn framework<B: Broker + Clone>(
 /// batch; until `messages` are acked.
 async fn hand(broker: &dyn Broker, count: usize, messages: u64) -> BenchResult<Elapsed> {
     let start = Stopwatch::start();
-    broker
-        .ensure_group(STREAM, HAND_GROUP, StreamStart::Beginning)
-        .await?;
-    let mut ids: Vec<EntryId> = Vec::with_capacity(count);
-    let mut acked = 0;
-    while acked < messages {
-        let request = ReadRequest::new(STREAM, HAND_GROUP, HAND_CONSUMER, ReadMode::New, count);
-        let batch = broker.read(request).await?;
-        if batch.deliveries.is_empty() {
-            return Err(format!("hand loop: stream drained after {acked} messages").into());
-        }
-        ids.clear();
-        for delivery in &batch.deliveries {
-            // The framework's decode: the payload checked as UTF-8 once, then
-            // parsed as a str.
-            let text = std::str::from_utf8(delivery.entry.payload())?;
-            let payment: Payment = serde_json::from_str(text)?;
-            black_box(&payment);
-            ids.push(delivery.id());
-        }
-        acked += broker.ack(STREAM, HAND_GROUP, &ids).await?;
-    }
+    let acked =
+        memory_loops::hand_consume_as::<Payment>(broker, STREAM, HAND_GROUP, count, messages)
+            .await?;
     let info = broker.group_info(STREAM, HAND_GROUP).await?;
     let elapsed = start.elapsed();
     expect_count("hand loop acks", acked, messages)?;

@@ -1,0 +1,1083 @@
+//! Latency and scaling curves of the `#[subscriber]` path (issue 15,
+//! point 6), each point beside a hand-written loop over the same broker,
+//! measured in the same run.
+//!
+//! Four curves (`--only` picks one):
+//!
+//! - **latency**: end-to-end latency, from publish to the start of the
+//!   handler, at fixed offered rates (1k, 10k and 50k msg/s by default):
+//!   p50, p99 and p99.9, on the memory broker and on Redis. A paced
+//!   publisher on a thread of its own (its own current-thread runtime, its
+//!   own broker handle) publishes every message that is due, stamped with
+//!   the time it is published (nanoseconds on one monotonic clock shared by
+//!   the process), then sleeps until the next one is due; so at 50k msg/s
+//!   it publishes in small bursts of a few messages per wake (the wake-up
+//!   granularity of `std::thread::sleep`). The consumer decodes the
+//!   payload, reads the clock and records the difference. The framework is
+//!   an app whose `#[subscriber]` (`workers(8)`, default read-ahead)
+//!   records it as the handler's first statement; the hand loop is a
+//!   blocking read loop over the same broker (memory: `Broker::read` with
+//!   `ReadMode::New`, count 64, `block` 100 ms, then one `ack` per batch;
+//!   Redis: redis-rs `XREADGROUP COUNT 64 BLOCK 100` and one `XACK` per
+//!   batch on one connection). The first fifth of a second of messages is
+//!   a warm-up and not counted.
+//! - **workers**: throughput of a handler that awaits 1 ms of simulated
+//!   I/O (`tokio::time::sleep`) against `workers(n)`, n = 1, 8, 64 and
+//!   512, on the memory broker (stream filled first, untimed). Beside it:
+//!   the hand loop (read n entries, spawn n tasks that each sleep 1 ms,
+//!   join them all, ack the batch), the timer alone (n tasks sleeping 1 ms
+//!   in a loop, no broker: what tokio's 1 ms sleeps deliver at that
+//!   concurrency), and the ideal n × 1000 msg/s.
+//! - **payload**: throughput against payload size, 100 B, 1 KiB and
+//!   16 KiB of JSON (`{"id":..,"pad":"xxxx.."}`, decoded by both sides into
+//!   a struct with a `String`), on memory and Redis, `workers(8)` beside the
+//!   hand loop of each broker (memory: `read` count 512 + `ack`; Redis:
+//!   `XREADGROUP COUNT 500` + `XACK`, `redis_loops::hand_consume_as`). The
+//!   message count shrinks with the size so that one run holds at most 256
+//!   MiB (memory) or 64 MiB (Redis) of payload.
+//! - **subs**: throughput against the number of subscriptions in one app,
+//!   1, 10 and 100, each reading a stream of its own, the total number of
+//!   messages fixed, `workers(8)` each, a handler that decodes a `Payment`
+//!   and returns; beside as many hand loops (one task per stream, the same
+//!   loop as the payload curve), all on the memory broker.
+//!
+//! Throughput rows are the median of `--reps` runs (default 3),
+//! interleaved framework / hand; a run is timed from the app's start (the
+//! hand loop's first call) until every entry is handled and acked. The
+//! consumers run on one current-thread tokio runtime, as in the other
+//! benchmarks. The load average is printed before and after, since the
+//! machine may be shared.
+//!
+//! ```text
+//! cargo run --release -p ruststream-benches --bin curves
+//! cargo run --release -p ruststream-benches --bin curves -- --only latency --broker memory
+//! cargo run --release -p ruststream-benches --bin curves -- --only workers --messages 100000
+//! ```
+//!
+//! Redis is `RUSTSTREAM_REDIS_URL` (default `redis://127.0.0.1:6379`);
+//! keys are named `rs-bench:curves:{pid}:*` and deleted after each run.
+
+use std::error::Error;
+use std::future::Future;
+use std::hint::black_box;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use ruststream::prelude::*;
+use ruststream::{
+    Broker, Message, ReadMode, ReadRequest, Settle, Subscriber, SubscriberInfo, Subscription,
+};
+use ruststream_benches::{Payment, Probe, median, memory_loops, payload, redis_loops, thousands};
+use ruststream_redis::RedisBroker;
+
+type BenchResult<T> = Result<T, Box<dyn Error>>;
+
+const GROUP: &str = "curves";
+/// Give up on a run that has not handled every message by then.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+/// Entries per read of the latency hand loops.
+const LATENCY_READ: usize = 64;
+/// How long the latency hand loops block in one read.
+const LATENCY_BLOCK: Duration = Duration::from_millis(100);
+/// The latency curve's warm-up, not counted: this share of a second of
+/// messages at the start.
+const WARM_UP_SECONDS: f64 = 0.2;
+/// The workers of the framework in every curve but `workers`.
+const WORKERS: usize = 8;
+/// The hand loop's read size on the memory broker in the throughput
+/// curves: the framework's read-ahead with `workers(8)`.
+const MEMORY_HAND_READ: usize = 512;
+/// At most this many payload bytes in one payload-curve run.
+const MEMORY_PAYLOAD_BUDGET: u64 = 256 << 20;
+const REDIS_PAYLOAD_BUDGET: u64 = 64 << 20;
+
+static PROBE: Probe = Probe::new();
+
+/// The process's clock origin, shared by the publisher and the consumers.
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// Nanoseconds since [`EPOCH`].
+fn now_ns() -> u64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// The latency samples of the current run: `(message id, nanoseconds)`.
+static LATENCIES: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+/// A latency-curve message: its id and when it was published.
+#[derive(Debug, serde::Deserialize)]
+struct Stamped {
+    id: u64,
+    sent_ns: u64,
+}
+
+impl Stamped {
+    fn payload(id: u64, sent_ns: u64) -> Vec<u8> {
+        format!(r#"{{"id":{id},"sent_ns":{sent_ns}}}"#).into_bytes()
+    }
+
+    /// Records this message's latency (now minus its stamp) and counts it
+    /// handled.
+    fn record(&self) {
+        let latency = now_ns().saturating_sub(self.sent_ns);
+        if let Ok(mut all) = LATENCIES.lock() {
+            all.push((self.id, latency));
+        }
+        PROBE.handled_one();
+    }
+}
+
+/// A payload-curve message: an id and padding.
+#[derive(Debug, serde::Deserialize)]
+struct Padded {
+    id: u64,
+    pad: String,
+}
+
+/// The `i`th payload-curve message, exactly `size` bytes of JSON (or the
+/// bare minimum if `size` is smaller).
+fn padded_payload(i: u64, size: usize) -> Vec<u8> {
+    let head = format!(r#"{{"id":{i},"pad":""#);
+    let pad = size.saturating_sub(head.len() + 2);
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(head.as_bytes());
+    out.resize(head.len() + pad, b'x');
+    out.extend_from_slice(b"\"}");
+    out
+}
+
+// The handlers. Their descriptors are placeholders: every run gives its
+// own stream, group and workers through `Configured`.
+
+#[subscriber(RedisStream::new("curves").group(GROUP))]
+async fn on_stamped(message: &Stamped) {
+    message.record();
+}
+
+#[subscriber(RedisStream::new("curves").group(GROUP))]
+async fn on_io(payment: &Payment) {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    PROBE.handled(payment);
+}
+
+#[subscriber(RedisStream::new("curves").group(GROUP))]
+async fn on_padded(message: &Padded) {
+    black_box((message.id, message.pad.len()));
+    PROBE.handled_one();
+}
+
+#[subscriber(RedisStream::new("curves").group(GROUP))]
+async fn on_payment(payment: &Payment) {
+    PROBE.handled(payment);
+}
+
+/// A `#[subscriber]` run with another subscription: its handler and
+/// decode exactly as the attribute generated them, its stream, group and
+/// workers set per run (the attribute's options are constants, and one
+/// app here includes up to 100 subscriptions of one handler).
+#[derive(Clone, Debug)]
+struct Configured<S> {
+    inner: S,
+    subscription: Subscription,
+}
+
+impl<S: Subscriber> Subscriber for Configured<S> {
+    fn info(&self) -> SubscriberInfo {
+        self.inner.info()
+    }
+
+    fn subscription(&self) -> Subscription {
+        self.subscription.clone()
+    }
+
+    fn handle<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a {
+        self.inner.handle(ctx)
+    }
+}
+
+/// `inner` reading `stream` in group [`GROUP`] from its beginning, with
+/// `workers` lanes and the default read-ahead.
+fn configured<S: Subscriber>(inner: S, stream: &str, workers: usize) -> Configured<S> {
+    let descriptor = RedisStream::new(stream)
+        .group(GROUP)
+        .start_id(StreamStart::Beginning);
+    Configured {
+        inner,
+        subscription: Subscription::new(descriptor).workers(workers),
+    }
+}
+
+/// Which broker a point runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Memory,
+    Redis,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Memory => "memory",
+            Kind::Redis => "Redis",
+        }
+    }
+}
+
+fn redis_url() -> String {
+    std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// A fresh stream name for Redis (memory runs get a fresh broker).
+fn stream_name(tag: &str, run: usize) -> String {
+    format!("rs-bench:curves:{}:{tag}:{run}", std::process::id())
+}
+
+/// The brokers of one run: a fresh memory broker, or the shared Redis
+/// server (a broker and a raw connection for the hand loops).
+#[derive(Clone)]
+enum Target {
+    Memory(MemoryBroker),
+    Redis {
+        broker: RedisBroker,
+        conn: redis::aio::MultiplexedConnection,
+    },
+}
+
+impl Target {
+    async fn new(kind: Kind) -> BenchResult<Self> {
+        Ok(match kind {
+            Kind::Memory => Target::Memory(ruststream_memory::with_retention(
+                ruststream_memory::MemoryRetention::UNBOUNDED,
+            )),
+            Kind::Redis => {
+                let client = redis::Client::open(redis_url())?;
+                let conn = client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "no Redis server at {} ({e}); start one or set RUSTSTREAM_REDIS_URL",
+                            redis_url()
+                        )
+                    })?;
+                Target::Redis {
+                    broker: RedisBroker::standalone(redis_url()),
+                    conn,
+                }
+            }
+        })
+    }
+
+    fn broker(&self) -> &dyn Broker {
+        match self {
+            Target::Memory(b) => b,
+            Target::Redis { broker, .. } => broker,
+        }
+    }
+
+    /// Deletes `streams` (Redis; a memory broker is simply dropped).
+    async fn clean(&mut self, streams: &[String]) -> BenchResult<()> {
+        if let Target::Redis { conn, .. } = self {
+            for stream in streams {
+                redis::cmd("DEL")
+                    .arg(stream)
+                    .query_async::<()>(conn)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs an app of `subscribers` on `target` until `total` entries are
+/// handled, `during` (e.g. the publisher) running beside it, then until
+/// every entry is acked on `streams`; returns the time from the app's
+/// start to then. The shutdown is not timed.
+async fn run_app<S: Subscriber + Clone>(
+    target: &Target,
+    subscribers: Vec<S>,
+    streams: &[String],
+    total: u64,
+) -> BenchResult<Duration> {
+    PROBE.arm(total);
+    let started = Instant::now();
+    let app = RustStream::new(AppInfo::new("curves", "0"));
+    let app = match target {
+        Target::Memory(broker) => app.with_broker(broker.clone(), |b| {
+            for s in &subscribers {
+                b.include(s.clone());
+            }
+        }),
+        Target::Redis { broker, .. } => app.with_broker(broker.clone(), |b| {
+            for s in &subscribers {
+                b.include(s.clone());
+            }
+        }),
+    };
+    let running = app.start().await?;
+    wait_handled(total).await?;
+    loop {
+        let mut settled = running.in_flight() == 0;
+        for stream in streams {
+            if !settled {
+                break;
+            }
+            let info = target.broker().group_info(stream, GROUP).await?;
+            settled = info.pending == 0 && info.lag == 0;
+        }
+        if settled {
+            break;
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let elapsed = started.elapsed();
+    running.shutdown().await;
+    Ok(elapsed)
+}
+
+/// Waits until [`PROBE`] has counted `total` handled messages. A wake-up
+/// left over from an earlier run (a hand loop's last message, which no one
+/// awaited) is consumed and the count checked again.
+async fn wait_handled(total: u64) -> BenchResult<()> {
+    let deadline = tokio::time::Instant::now() + RUN_TIMEOUT;
+    loop {
+        if PROBE.handled.load(Ordering::SeqCst) >= total {
+            return Ok(());
+        }
+        if tokio::time::timeout_at(deadline, PROBE.done.notified())
+            .await
+            .is_err()
+        {
+            return Err(format!(
+                "handled {} of {total} messages in {RUN_TIMEOUT:?}",
+                PROBE.handled.load(Ordering::SeqCst)
+            )
+            .into());
+        }
+    }
+}
+
+/// The median messages per second of `runs`, each the time `messages`
+/// took.
+fn rate(messages: u64, runs: &[Duration]) -> f64 {
+    median(
+        runs.iter()
+            .map(|d| messages as f64 / d.as_secs_f64())
+            .collect(),
+    )
+}
+
+// ---------------------------------------------------------------- latency
+
+/// Publishes `total` stamped messages to `stream` at `rate` per second
+/// from a thread of its own, with its own runtime and broker handle.
+fn spawn_publisher(
+    kind: Kind,
+    memory: Option<MemoryBroker>,
+    stream: String,
+    rate: u64,
+    total: u64,
+) -> std::thread::JoinHandle<Result<(), String>> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async move {
+            let broker: Box<dyn Broker> = match (kind, memory) {
+                (Kind::Memory, Some(b)) => Box::new(b),
+                _ => Box::new(RedisBroker::standalone(redis_url())),
+            };
+            let interval = 1e9 / rate as f64;
+            let start = Instant::now();
+            let mut sent = 0u64;
+            while sent < total {
+                let elapsed = start.elapsed().as_nanos() as f64;
+                let due = ((elapsed / interval) as u64 + 1).min(total);
+                if due > sent {
+                    let stamp = now_ns();
+                    let batch: Vec<Message> = (sent..due)
+                        .map(|id| Message::new(Stamped::payload(id, stamp)))
+                        .collect();
+                    broker
+                        .publish_batch(&stream, batch)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    sent = due;
+                } else {
+                    let next = Duration::from_nanos((sent as f64 * interval) as u64);
+                    std::thread::sleep(next.saturating_sub(start.elapsed()));
+                }
+            }
+            Ok(())
+        })
+    })
+}
+
+/// The hand-written latency loop on the memory broker: blocking reads of
+/// [`LATENCY_READ`], decode, record, one ack per batch.
+async fn hand_latency_memory(broker: &dyn Broker, stream: &str, total: u64) -> BenchResult<()> {
+    let mut ids = Vec::with_capacity(LATENCY_READ);
+    while PROBE.handled.load(Ordering::Relaxed) < total {
+        let mut request = ReadRequest::new(stream, GROUP, "hand-1", ReadMode::New, LATENCY_READ);
+        request.block = Some(LATENCY_BLOCK);
+        let batch = broker.read(request).await?;
+        ids.clear();
+        for delivery in &batch.deliveries {
+            let message: Stamped =
+                serde_json::from_str(std::str::from_utf8(delivery.entry.payload())?)?;
+            message.record();
+            ids.push(delivery.id());
+        }
+        if !ids.is_empty() {
+            broker.ack(stream, GROUP, &ids).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The hand-written latency loop on Redis: `XREADGROUP COUNT 64 BLOCK
+/// 100`, decode, record, one `XACK` per batch.
+async fn hand_latency_redis(
+    conn: &mut redis::aio::MultiplexedConnection,
+    stream: &str,
+    total: u64,
+) -> BenchResult<()> {
+    let block = LATENCY_BLOCK.as_millis() as u64;
+    while PROBE.handled.load(Ordering::Relaxed) < total {
+        let reply =
+            redis_loops::hand_read(conn, stream, GROUP, "hand-1", LATENCY_READ, Some(block))
+                .await?;
+        let mut ack = redis::cmd("XACK");
+        ack.arg(stream).arg(GROUP);
+        let read = redis_loops::visit_entries(&reply, |id, payload| {
+            let message: Stamped = serde_json::from_str(std::str::from_utf8(payload)?)?;
+            message.record();
+            ack.arg(id);
+            Ok(())
+        })?;
+        if read > 0 {
+            ack.query_async::<i64>(conn).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Percentiles of one latency run, in microseconds.
+#[derive(Clone, Copy, Debug)]
+struct Percentiles {
+    samples: usize,
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    max: f64,
+}
+
+/// The percentiles of the run's samples, the warm-up (ids under
+/// `skip`) left out.
+fn percentiles(skip: u64) -> BenchResult<Percentiles> {
+    let all = std::mem::take(&mut *LATENCIES.lock().map_err(|_| "latencies poisoned")?);
+    let mut kept: Vec<u64> = all
+        .into_iter()
+        .filter(|&(id, _)| id >= skip)
+        .map(|(_, ns)| ns)
+        .collect();
+    if kept.is_empty() {
+        return Err("no latency samples after the warm-up".into());
+    }
+    kept.sort_unstable();
+    let at = |q: f64| {
+        let i = ((q * kept.len() as f64).ceil() as usize).clamp(1, kept.len()) - 1;
+        kept[i] as f64 / 1e3
+    };
+    Ok(Percentiles {
+        samples: kept.len(),
+        p50: at(0.50),
+        p99: at(0.99),
+        p999: at(0.999),
+        max: at(1.0),
+    })
+}
+
+/// One latency run: `framework` or the hand loop, on `kind`, at `rate`.
+async fn latency_run(
+    kind: Kind,
+    framework: bool,
+    rate: u64,
+    seconds: f64,
+    run: usize,
+) -> BenchResult<Percentiles> {
+    let total = ((rate as f64 * seconds) as u64).max(1);
+    let stream = stream_name(&format!("latency-{rate}-{framework}"), run);
+    let mut target = Target::new(kind).await?;
+    if let Ok(mut all) = LATENCIES.lock() {
+        all.clear();
+        all.reserve(total as usize);
+    }
+    PROBE.arm(total);
+    let memory = match &target {
+        Target::Memory(b) => Some(b.clone()),
+        Target::Redis { .. } => None,
+    };
+    let result = if framework {
+        // The group is created by the app's start, before the publisher
+        // starts.
+        let subscriber = configured(on_stamped, &stream, WORKERS);
+        let app = RustStream::new(AppInfo::new("curves", "0"));
+        let app = match &target {
+            Target::Memory(b) => app.with_broker(b.clone(), |s| {
+                s.include(subscriber);
+            }),
+            Target::Redis { broker, .. } => app.with_broker(broker.clone(), |s| {
+                s.include(subscriber);
+            }),
+        };
+        let running = app.start().await?;
+        let publisher = spawn_publisher(kind, memory, stream.clone(), rate, total);
+        let waited = wait_handled(total).await;
+        running.shutdown().await;
+        join_publisher(publisher)?;
+        waited
+    } else {
+        target
+            .broker()
+            .ensure_group(&stream, GROUP, StreamStart::Beginning)
+            .await?;
+        let publisher = spawn_publisher(kind, memory, stream.clone(), rate, total);
+        let consumed = match &mut target {
+            Target::Memory(b) => hand_latency_memory(b, &stream, total).await,
+            Target::Redis { conn, .. } => hand_latency_redis(conn, &stream, total).await,
+        };
+        join_publisher(publisher)?;
+        consumed
+    };
+    target.clean(std::slice::from_ref(&stream)).await?;
+    result?;
+    percentiles((rate as f64 * WARM_UP_SECONDS) as u64)
+}
+
+fn join_publisher(publisher: std::thread::JoinHandle<Result<(), String>>) -> BenchResult<()> {
+    publisher
+        .join()
+        .map_err(|_| "the publisher thread panicked")?
+        .map_err(|e| format!("publisher: {e}"))?;
+    Ok(())
+}
+
+async fn latency_curve(options: &Options) -> BenchResult<()> {
+    println!(
+        "## latency: publish to handler start, {:.1} s per rate ({WARM_UP_SECONDS} s of warm-up not counted), µs",
+        options.seconds
+    );
+    println!();
+    println!(
+        "| broker | offered msg/s | path | samples | p50 | p99 | p99.9 | max | p50 vs hand | p99 vs hand |"
+    );
+    println!("|:--|--:|:--|--:|--:|--:|--:|--:|--:|--:|");
+    for &kind in &options.brokers {
+        for &rate in &options.rates {
+            let hand = latency_run(kind, false, rate, options.seconds, 0).await?;
+            let framework = latency_run(kind, true, rate, options.seconds, 0).await?;
+            for (label, p) in [("hand loop", hand), ("#[subscriber] workers(8)", framework)] {
+                println!(
+                    "| {} | {} | {label} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
+                    kind.name(),
+                    thousands(rate as f64),
+                    p.samples,
+                    p.p50,
+                    p.p99,
+                    p.p999,
+                    p.max,
+                    p.p50 / hand.p50,
+                    p.p99 / hand.p99,
+                );
+            }
+        }
+    }
+    println!();
+    Ok(())
+}
+
+// ---------------------------------------------------------------- workers
+
+/// The hand loop of the workers curve: read `n`, spawn `n` tasks that
+/// each decode one entry and sleep 1 ms, join them all, ack the batch.
+async fn hand_workers(
+    broker: &MemoryBroker,
+    stream: &str,
+    n: usize,
+    total: u64,
+) -> BenchResult<()> {
+    broker
+        .ensure_group(stream, GROUP, StreamStart::Beginning)
+        .await?;
+    let mut acked = 0;
+    let mut tasks = tokio::task::JoinSet::new();
+    while acked < total {
+        let request = ReadRequest::new(stream, GROUP, "hand-1", ReadMode::New, n);
+        let batch = broker.read(request).await?;
+        if batch.deliveries.is_empty() {
+            return Err(format!("hand loop: drained after {acked} of {total}").into());
+        }
+        let mut ids = Vec::with_capacity(batch.deliveries.len());
+        for delivery in &batch.deliveries {
+            let payment: Payment =
+                serde_json::from_str(std::str::from_utf8(delivery.entry.payload())?)?;
+            ids.push(delivery.id());
+            tasks.spawn(async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                black_box(payment);
+            });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            joined?;
+        }
+        acked += broker.ack(stream, GROUP, &ids).await?;
+    }
+    Ok(())
+}
+
+/// The timer alone: `n` tasks each sleeping 1 ms `total / n` times.
+async fn timer_alone(n: usize, total: u64) -> BenchResult<Duration> {
+    let started = Instant::now();
+    let each = total / n as u64;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        tasks.spawn(async move {
+            for _ in 0..each {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined?;
+    }
+    Ok(started.elapsed())
+}
+
+async fn workers_curve(options: &Options) -> BenchResult<()> {
+    println!(
+        "## workers(n): a handler awaiting 1 ms (tokio::time::sleep), memory broker, {} s of ideal work per run",
+        options.workers_seconds
+    );
+    println!();
+    println!(
+        "| n | messages | ideal msg/s | timer alone msg/s | hand loop msg/s | #[subscriber] msg/s | vs hand | vs ideal | vs timer |"
+    );
+    println!("|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for &n in &options.workers {
+        let ideal = n as f64 * 1000.0;
+        let messages = ((ideal * options.workers_seconds) as u64 / n as u64).max(1) * n as u64;
+        let stream = "workers".to_owned();
+        let mut runs = [Vec::new(), Vec::new(), Vec::new()];
+        for _ in 0..options.reps {
+            runs[0].push(timer_alone(n, messages).await?);
+            let broker = filled_memory(&stream, messages, payload).await?;
+            let started = Instant::now();
+            hand_workers(&broker, &stream, n, messages).await?;
+            runs[1].push(started.elapsed());
+            let broker = filled_memory(&stream, messages, payload).await?;
+            let target = Target::Memory(broker);
+            runs[2].push(
+                run_app(
+                    &target,
+                    vec![configured(on_io, &stream, n)],
+                    std::slice::from_ref(&stream),
+                    messages,
+                )
+                .await?,
+            );
+        }
+        let [timer, hand, framework] = runs.map(|r| rate(messages, &r));
+        println!(
+            "| {n} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
+            thousands(messages as f64),
+            thousands(ideal),
+            thousands(timer),
+            thousands(hand),
+            thousands(framework),
+            framework / hand,
+            framework / ideal,
+            framework / timer,
+        );
+    }
+    println!();
+    Ok(())
+}
+
+/// A fresh memory broker with `payload(0..n)` on `stream`.
+async fn filled_memory(
+    stream: &str,
+    n: u64,
+    payload: impl Fn(u64) -> Vec<u8>,
+) -> BenchResult<MemoryBroker> {
+    let broker = ruststream_memory::with_retention(ruststream_memory::MemoryRetention::UNBOUNDED);
+    memory_loops::fill(&broker, stream, n, payload).await?;
+    Ok(broker)
+}
+
+// ---------------------------------------------------------------- payload
+
+/// Fills `streams` on `target` with `each` messages `payload(..)` (not
+/// timed).
+async fn fill_target(
+    target: &mut Target,
+    streams: &[String],
+    each: u64,
+    payload: &impl Fn(u64) -> Vec<u8>,
+) -> BenchResult<()> {
+    for stream in streams {
+        match target {
+            Target::Memory(b) => memory_loops::fill(b, stream, each, payload).await?,
+            Target::Redis { conn, .. } => {
+                redis_loops::hand_fill_with(conn, stream, each, payload).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The hand loop of the throughput curves on `target`: one loop per
+/// stream, all on this runtime, each decoding as a `T`.
+async fn hand_throughput<T: serde::de::DeserializeOwned + Send + 'static>(
+    target: &Target,
+    streams: &[String],
+    each: u64,
+) -> BenchResult<Duration> {
+    let started = Instant::now();
+    let mut loops = tokio::task::JoinSet::new();
+    for stream in streams {
+        let (stream, target) = (stream.clone(), target.clone());
+        loops.spawn(async move {
+            let result = match target {
+                Target::Memory(b) => {
+                    memory_loops::hand_consume_as::<T>(&b, &stream, GROUP, MEMORY_HAND_READ, each)
+                        .await
+                        .map(drop)
+                }
+                Target::Redis { mut conn, .. } => {
+                    redis_loops::hand_consume_as::<T, _>(&mut conn, &stream, GROUP, each).await
+                }
+            };
+            result.map_err(|e| e.to_string())
+        });
+    }
+    while let Some(joined) = loops.join_next().await {
+        joined?.map_err(|e| format!("hand loop: {e}"))?;
+    }
+    Ok(started.elapsed())
+}
+
+/// One point of a throughput curve: `subscriptions` streams of `each`
+/// messages `payload(..)` on `kind`, read by `subscriber` (the framework)
+/// or by hand loops decoding a `T`.
+struct Point<'a, S, P> {
+    kind: Kind,
+    subscriber: S,
+    tag: &'a str,
+    subscriptions: usize,
+    each: u64,
+    payload: P,
+}
+
+/// One throughput run of the framework or the hand loop: the point's
+/// streams filled (untimed), then consumed.
+async fn throughput_run<S, T, P>(
+    point: &Point<'_, S, P>,
+    framework: bool,
+    run: usize,
+) -> BenchResult<Duration>
+where
+    S: Subscriber + Copy,
+    T: serde::de::DeserializeOwned + Send + 'static,
+    P: Fn(u64) -> Vec<u8>,
+{
+    let mut target = Target::new(point.kind).await?;
+    let streams: Vec<String> = (0..point.subscriptions)
+        .map(|i| stream_name(&format!("{}-{framework}-{i}", point.tag), run))
+        .collect();
+    fill_target(&mut target, &streams, point.each, &point.payload).await?;
+    let total = point.each * point.subscriptions as u64;
+    let result = if framework {
+        let subscribers = streams
+            .iter()
+            .map(|s| configured(point.subscriber, s, WORKERS))
+            .collect();
+        run_app(&target, subscribers, &streams, total).await
+    } else {
+        hand_throughput::<T>(&target, &streams, point.each).await
+    };
+    target.clean(&streams).await?;
+    result
+}
+
+/// The framework's and the hand loop's median msg/s at `point`, their
+/// runs interleaved.
+async fn throughput_point<S, T, P>(
+    options: &Options,
+    point: &Point<'_, S, P>,
+) -> BenchResult<(f64, f64)>
+where
+    S: Subscriber + Copy,
+    T: serde::de::DeserializeOwned + Send + 'static,
+    P: Fn(u64) -> Vec<u8>,
+{
+    let total = point.each * point.subscriptions as u64;
+    let mut runs = [Vec::new(), Vec::new()];
+    for run in 0..options.reps {
+        for framework in [false, true] {
+            runs[usize::from(framework)]
+                .push(throughput_run::<S, T, P>(point, framework, run).await?);
+        }
+    }
+    let [hand, framework] = runs.map(|r| rate(total, &r));
+    Ok((framework, hand))
+}
+
+async fn payload_curve(options: &Options) -> BenchResult<()> {
+    println!("## payload size: JSON {{\"id\",\"pad\"}} decoded by both sides, workers(8)");
+    println!();
+    println!(
+        "| broker | payload | messages | hand loop msg/s | #[subscriber] msg/s | vs hand | hand MB/s | #[subscriber] MB/s |"
+    );
+    println!("|:--|--:|--:|--:|--:|--:|--:|--:|");
+    for &kind in &options.brokers {
+        let (base, budget) = match kind {
+            Kind::Memory => (options.messages, MEMORY_PAYLOAD_BUDGET),
+            Kind::Redis => (options.redis_messages, REDIS_PAYLOAD_BUDGET),
+        };
+        for &size in &options.sizes {
+            let messages = base.min(budget / size as u64).max(1);
+            let point = Point {
+                kind,
+                subscriber: on_padded,
+                tag: &format!("payload-{size}"),
+                subscriptions: 1,
+                each: messages,
+                payload: move |i| padded_payload(i, size),
+            };
+            let (framework, hand) = throughput_point::<_, Padded, _>(options, &point).await?;
+            let mb = |rate: f64| rate * size as f64 / 1e6;
+            println!(
+                "| {} | {} | {} | {} | {} | {:.2} | {:.0} | {:.0} |",
+                kind.name(),
+                size_name(size),
+                thousands(messages as f64),
+                thousands(hand),
+                thousands(framework),
+                framework / hand,
+                mb(hand),
+                mb(framework),
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+fn size_name(size: usize) -> String {
+    if size >= 1024 && size.is_multiple_of(1024) {
+        format!("{} KiB", size / 1024)
+    } else {
+        format!("{size} B")
+    }
+}
+
+// ---------------------------------------------------------------- subs
+
+async fn subs_curve(options: &Options) -> BenchResult<()> {
+    println!(
+        "## subscriptions in one app: {} messages in all, split over one stream per subscription, workers(8) each",
+        thousands(options.messages as f64)
+    );
+    println!();
+    println!(
+        "| broker | subscriptions | messages each | hand loops msg/s | #[subscriber] msg/s | vs hand |"
+    );
+    println!("|:--|--:|--:|--:|--:|--:|");
+    for &kind in &options.brokers {
+        if kind == Kind::Redis && !options.subs_redis {
+            continue;
+        }
+        let total = match kind {
+            Kind::Memory => options.messages,
+            Kind::Redis => options.redis_messages,
+        };
+        for &k in &options.subscriptions {
+            let each = (total / k as u64).max(1);
+            let point = Point {
+                kind,
+                subscriber: on_payment,
+                tag: &format!("subs-{k}"),
+                subscriptions: k,
+                each,
+                payload,
+            };
+            let (framework, hand) = throughput_point::<_, Payment, _>(options, &point).await?;
+            println!(
+                "| {} | {k} | {} | {} | {} | {:.2} |",
+                kind.name(),
+                thousands(each as f64),
+                thousands(hand),
+                thousands(framework),
+                framework / hand,
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+// ---------------------------------------------------------------- options
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Curve {
+    Latency,
+    Workers,
+    Payload,
+    Subs,
+}
+
+const ALL_CURVES: [Curve; 4] = [Curve::Latency, Curve::Workers, Curve::Payload, Curve::Subs];
+
+#[derive(Debug)]
+struct Options {
+    curves: Vec<Curve>,
+    brokers: Vec<Kind>,
+    reps: usize,
+    /// Messages per run of the memory throughput curves.
+    messages: u64,
+    /// Messages per run of the Redis throughput curves.
+    redis_messages: u64,
+    /// Seconds of publishing per latency point.
+    seconds: f64,
+    rates: Vec<u64>,
+    workers: Vec<usize>,
+    /// Seconds of ideal work per workers-curve run.
+    workers_seconds: f64,
+    sizes: Vec<usize>,
+    subscriptions: Vec<usize>,
+    /// Whether the subscriptions curve also runs on Redis.
+    subs_redis: bool,
+}
+
+const USAGE: &str = "usage: curves [--only latency|workers|payload|subs] [--broker memory|redis|both] \
+    [--reps R] [--messages N] [--redis-messages N] [--seconds S] [--rates 1000,10000,50000] \
+    [--workers 1,8,64,512] [--workers-seconds S] [--sizes 100,1024,16384] \
+    [--subscriptions 1,10,100] [--subs-redis]";
+
+/// A positive number, or an error naming the flag.
+fn number<T: std::str::FromStr + PartialOrd + Default>(flag: &str, text: &str) -> BenchResult<T> {
+    match text.parse::<T>() {
+        Ok(v) if v > T::default() => Ok(v),
+        _ => Err(format!("{flag} {text}: expected a positive number; {USAGE}").into()),
+    }
+}
+
+/// A comma-separated list of positive numbers.
+fn list<T: std::str::FromStr + PartialOrd + Default>(
+    flag: &str,
+    text: &str,
+) -> BenchResult<Vec<T>> {
+    text.split(',')
+        .map(|part| number(flag, part.trim()))
+        .collect()
+}
+
+fn parse_options() -> BenchResult<Options> {
+    let mut options = Options {
+        curves: ALL_CURVES.to_vec(),
+        brokers: vec![Kind::Memory, Kind::Redis],
+        reps: 3,
+        messages: 200_000,
+        redis_messages: 100_000,
+        seconds: 3.0,
+        rates: vec![1_000, 10_000, 50_000],
+        workers: vec![1, 8, 64, 512],
+        workers_seconds: 1.0,
+        sizes: vec![100, 1024, 16 * 1024],
+        subscriptions: vec![1, 10, 100],
+        subs_redis: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "-h" || flag == "--help" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        if flag == "--subs-redis" {
+            options.subs_redis = true;
+            continue;
+        }
+        let value = args
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value; {USAGE}"))?;
+        match flag.as_str() {
+            "--only" => {
+                options.curves = vec![match value.as_str() {
+                    "latency" => Curve::Latency,
+                    "workers" => Curve::Workers,
+                    "payload" => Curve::Payload,
+                    "subs" => Curve::Subs,
+                    other => return Err(format!("--only {other}: {USAGE}").into()),
+                }]
+            }
+            "--broker" => {
+                options.brokers = match value.as_str() {
+                    "memory" => vec![Kind::Memory],
+                    "redis" => vec![Kind::Redis],
+                    "both" => vec![Kind::Memory, Kind::Redis],
+                    other => return Err(format!("--broker {other}: {USAGE}").into()),
+                }
+            }
+            "--reps" => options.reps = number(&flag, &value)?,
+            "--messages" => options.messages = number(&flag, &value)?,
+            "--redis-messages" => options.redis_messages = number(&flag, &value)?,
+            "--seconds" => options.seconds = number(&flag, &value)?,
+            "--rates" => options.rates = list(&flag, &value)?,
+            "--workers" => options.workers = list(&flag, &value)?,
+            "--workers-seconds" => options.workers_seconds = number(&flag, &value)?,
+            "--sizes" => options.sizes = list(&flag, &value)?,
+            "--subscriptions" => options.subscriptions = list(&flag, &value)?,
+            other => return Err(format!("unknown argument {other}; {USAGE}").into()),
+        }
+    }
+    Ok(options)
+}
+
+/// `/proc/loadavg`'s first three fields, or `?`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+fn main() -> BenchResult<()> {
+    let options = parse_options()?;
+    now_ns();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    println!(
+        "ruststream curves: {} core(s), load average {} at the start; consumers on one current-thread runtime; median of {} runs",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average(),
+        options.reps,
+    );
+    println!();
+    runtime.block_on(async {
+        for curve in &options.curves {
+            match curve {
+                Curve::Latency => latency_curve(&options).await?,
+                Curve::Workers => workers_curve(&options).await?,
+                Curve::Payload => payload_curve(&options).await?,
+                Curve::Subs => subs_curve(&options).await?,
+            }
+            println!("(load average {} after this curve)", load_average());
+            println!();
+        }
+        Ok::<(), Box<dyn Error>>(())
+    })
+}
