@@ -61,14 +61,18 @@ use std::error::Error;
 use std::future::Future;
 use std::hint::black_box;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ruststream::prelude::*;
 use ruststream::{
     Broker, Message, ReadMode, ReadRequest, Settle, Subscriber, SubscriberInfo, Subscription,
 };
-use ruststream_benches::{Payment, Probe, median, memory_loops, payload, redis_loops, thousands};
+use ruststream_benches::counted::{Calls, Counted};
+use ruststream_benches::{
+    Elapsed, Payment, Probe, Stopwatch, counting, median, memory_loops, payload, redis_loops,
+    thousands,
+};
 use ruststream_redis::RedisBroker;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -89,7 +93,7 @@ const WORKERS: usize = 8;
 /// curves: the framework's read-ahead with `workers(8)`.
 const MEMORY_HAND_READ: usize = 512;
 /// At most this many payload bytes in one payload-curve run.
-const MEMORY_PAYLOAD_BUDGET: u64 = 256 << 20;
+const MEMORY_PAYLOAD_BUDGET: u64 = 512 << 20;
 const REDIS_PAYLOAD_BUDGET: u64 = 64 << 20;
 
 static PROBE: Probe = Probe::new();
@@ -290,32 +294,47 @@ impl Target {
     }
 }
 
-/// Runs an app of `subscribers` on `target` until `total` entries are
-/// handled, `during` (e.g. the publisher) running beside it, then until
-/// every entry is acked on `streams`; returns the time from the app's
+/// An app running `subscribers` on `broker`.
+fn app_on<B: Broker + Clone, S: Subscriber + Clone>(broker: &B, subscribers: &[S]) -> RustStream {
+    RustStream::new(AppInfo::new("curves", "0")).with_broker(broker.clone(), |b| {
+        for s in subscribers {
+            b.include(s.clone());
+        }
+    })
+}
+
+impl Target {
+    /// An app running `subscribers` on this target's broker.
+    fn app<S: Subscriber + Clone>(&self, subscribers: &[S]) -> RustStream {
+        match self {
+            Target::Memory(broker) => app_on(broker, subscribers),
+            Target::Redis { broker, .. } => app_on(broker, subscribers),
+        }
+    }
+}
+
+/// How long an app's run took.
+#[derive(Clone, Copy, Debug)]
+struct AppRun {
+    /// From `start()` until every entry was acked.
+    elapsed: Elapsed,
+    /// `start()` alone (groups ensured, subscriptions spawned).
+    start: Duration,
+}
+
+/// Runs `app` until `total` entries are handled, then until every entry
+/// is acked on `streams` of `broker`; returns the time from the app's
 /// start to then. The shutdown is not timed.
-async fn run_app<S: Subscriber + Clone>(
-    target: &Target,
-    subscribers: Vec<S>,
+async fn run_app(
+    app: RustStream,
+    broker: &dyn Broker,
     streams: &[String],
     total: u64,
-) -> BenchResult<Duration> {
+) -> BenchResult<AppRun> {
     PROBE.arm(total);
-    let started = Instant::now();
-    let app = RustStream::new(AppInfo::new("curves", "0"));
-    let app = match target {
-        Target::Memory(broker) => app.with_broker(broker.clone(), |b| {
-            for s in &subscribers {
-                b.include(s.clone());
-            }
-        }),
-        Target::Redis { broker, .. } => app.with_broker(broker.clone(), |b| {
-            for s in &subscribers {
-                b.include(s.clone());
-            }
-        }),
-    };
+    let started = Stopwatch::start();
     let running = app.start().await?;
+    let start = started.elapsed().wall;
     wait_handled(total).await?;
     loop {
         let mut settled = running.in_flight() == 0;
@@ -323,7 +342,7 @@ async fn run_app<S: Subscriber + Clone>(
             if !settled {
                 break;
             }
-            let info = target.broker().group_info(stream, GROUP).await?;
+            let info = broker.group_info(stream, GROUP).await?;
             settled = info.pending == 0 && info.lag == 0;
         }
         if settled {
@@ -333,7 +352,7 @@ async fn run_app<S: Subscriber + Clone>(
     }
     let elapsed = started.elapsed();
     running.shutdown().await;
-    Ok(elapsed)
+    Ok(AppRun { elapsed, start })
 }
 
 /// Waits until [`PROBE`] has counted `total` handled messages. A wake-up
@@ -358,14 +377,38 @@ async fn wait_handled(total: u64) -> BenchResult<()> {
     }
 }
 
-/// The median messages per second of `runs`, each the time `messages`
-/// took.
-fn rate(messages: u64, runs: &[Duration]) -> f64 {
-    median(
-        runs.iter()
-            .map(|d| messages as f64 / d.as_secs_f64())
-            .collect(),
-    )
+/// Messages per second of a point: wall-clock, and per second of CPU
+/// time over all the process's threads (which other processes on a shared
+/// machine do not inflate; `None` if a run was too short to tell).
+#[derive(Clone, Copy, Debug)]
+struct Rates {
+    wall: f64,
+    cpu: Option<f64>,
+}
+
+impl Rates {
+    /// The medians over `runs`, each the time `messages` took.
+    fn of(messages: u64, runs: &[Elapsed]) -> Self {
+        let per_second = |d: Duration| messages as f64 / d.as_secs_f64();
+        let cpu: Option<Vec<f64>> = runs.iter().map(|r| r.cpu.map(per_second)).collect();
+        Rates {
+            wall: median(runs.iter().map(|r| per_second(r.wall)).collect()),
+            cpu: cpu.map(median),
+        }
+    }
+
+    /// The CPU rate, or `-`.
+    fn cpu_text(self) -> String {
+        self.cpu.map_or("-".to_owned(), thousands)
+    }
+
+    /// This CPU rate over `base`'s, or `-`.
+    fn cpu_ratio(self, base: Rates) -> String {
+        match (self.cpu, base.cpu) {
+            (Some(a), Some(b)) => format!("{:.2}", a / b),
+            _ => "-".to_owned(),
+        }
+    }
 }
 
 // ---------------------------------------------------------------- latency
@@ -474,6 +517,20 @@ struct Percentiles {
     max: f64,
 }
 
+impl Percentiles {
+    /// Each figure's median over `runs` (samples: one run's).
+    fn median(runs: &[Percentiles]) -> Percentiles {
+        let of = |f: fn(&Percentiles) -> f64| median(runs.iter().map(f).collect());
+        Percentiles {
+            samples: runs.first().map_or(0, |p| p.samples),
+            p50: of(|p| p.p50),
+            p99: of(|p| p.p99),
+            p999: of(|p| p.p999),
+            max: of(|p| p.max),
+        }
+    }
+}
+
 /// The percentiles of the run's samples, the warm-up (ids under
 /// `skip`) left out.
 fn percentiles(skip: u64) -> BenchResult<Percentiles> {
@@ -523,16 +580,7 @@ async fn latency_run(
     let result = if framework {
         // The group is created by the app's start, before the publisher
         // starts.
-        let subscriber = configured(on_stamped, &stream, WORKERS);
-        let app = RustStream::new(AppInfo::new("curves", "0"));
-        let app = match &target {
-            Target::Memory(b) => app.with_broker(b.clone(), |s| {
-                s.include(subscriber);
-            }),
-            Target::Redis { broker, .. } => app.with_broker(broker.clone(), |s| {
-                s.include(subscriber);
-            }),
-        };
+        let app = target.app(&[configured(on_stamped, &stream, WORKERS)]);
         let running = app.start().await?;
         let publisher = spawn_publisher(kind, memory, stream.clone(), rate, total);
         let waited = wait_handled(total).await;
@@ -567,8 +615,8 @@ fn join_publisher(publisher: std::thread::JoinHandle<Result<(), String>>) -> Ben
 
 async fn latency_curve(options: &Options) -> BenchResult<()> {
     println!(
-        "## latency: publish to handler start, {:.1} s per rate ({WARM_UP_SECONDS} s of warm-up not counted), µs",
-        options.seconds
+        "## latency: publish to handler start, {:.1} s per rate ({WARM_UP_SECONDS} s of warm-up not counted), µs, median over {} runs of each percentile",
+        options.seconds, options.reps
     );
     println!();
     println!(
@@ -577,8 +625,14 @@ async fn latency_curve(options: &Options) -> BenchResult<()> {
     println!("|:--|--:|:--|--:|--:|--:|--:|--:|--:|--:|");
     for &kind in &options.brokers {
         for &rate in &options.rates {
-            let hand = latency_run(kind, false, rate, options.seconds, 0).await?;
-            let framework = latency_run(kind, true, rate, options.seconds, 0).await?;
+            let mut runs = [Vec::new(), Vec::new()];
+            for run in 0..options.reps {
+                for framework in [false, true] {
+                    runs[usize::from(framework)]
+                        .push(latency_run(kind, framework, rate, options.seconds, run).await?);
+                }
+            }
+            let [hand, framework] = runs.map(|r| Percentiles::median(&r));
             for (label, p) in [("hand loop", hand), ("#[subscriber] workers(8)", framework)] {
                 println!(
                     "| {} | {} | {label} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
@@ -639,8 +693,8 @@ async fn hand_workers(
 }
 
 /// The timer alone: `n` tasks each sleeping 1 ms `total / n` times.
-async fn timer_alone(n: usize, total: u64) -> BenchResult<Duration> {
-    let started = Instant::now();
+async fn timer_alone(n: usize, total: u64) -> BenchResult<Elapsed> {
+    let started = Stopwatch::start();
     let each = total / n as u64;
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..n {
@@ -674,22 +728,15 @@ async fn workers_curve(options: &Options) -> BenchResult<()> {
         for _ in 0..options.reps {
             runs[0].push(timer_alone(n, messages).await?);
             let broker = filled_memory(&stream, messages, payload).await?;
-            let started = Instant::now();
+            let started = Stopwatch::start();
             hand_workers(&broker, &stream, n, messages).await?;
             runs[1].push(started.elapsed());
             let broker = filled_memory(&stream, messages, payload).await?;
-            let target = Target::Memory(broker);
-            runs[2].push(
-                run_app(
-                    &target,
-                    vec![configured(on_io, &stream, n)],
-                    std::slice::from_ref(&stream),
-                    messages,
-                )
-                .await?,
-            );
+            let app = app_on(&broker, &[configured(on_io, &stream, n)]);
+            let streams = std::slice::from_ref(&stream);
+            runs[2].push(run_app(app, &broker, streams, messages).await?.elapsed);
         }
-        let [timer, hand, framework] = runs.map(|r| rate(messages, &r));
+        let [timer, hand, framework] = runs.map(|r| Rates::of(messages, &r).wall);
         println!(
             "| {n} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
             thousands(messages as f64),
@@ -744,8 +791,8 @@ async fn hand_throughput<T: serde::de::DeserializeOwned + Send + 'static>(
     target: &Target,
     streams: &[String],
     each: u64,
-) -> BenchResult<Duration> {
-    let started = Instant::now();
+) -> BenchResult<Elapsed> {
+    let started = Stopwatch::start();
     let mut loops = tokio::task::JoinSet::new();
     for stream in streams {
         let (stream, target) = (stream.clone(), target.clone());
@@ -787,7 +834,7 @@ async fn throughput_run<S, T, P>(
     point: &Point<'_, S, P>,
     framework: bool,
     run: usize,
-) -> BenchResult<Duration>
+) -> BenchResult<Elapsed>
 where
     S: Subscriber + Copy,
     T: serde::de::DeserializeOwned + Send + 'static,
@@ -800,11 +847,13 @@ where
     fill_target(&mut target, &streams, point.each, &point.payload).await?;
     let total = point.each * point.subscriptions as u64;
     let result = if framework {
-        let subscribers = streams
+        let subscribers: Vec<_> = streams
             .iter()
             .map(|s| configured(point.subscriber, s, WORKERS))
             .collect();
-        run_app(&target, subscribers, &streams, total).await
+        run_app(target.app(&subscribers), target.broker(), &streams, total)
+            .await
+            .map(|run| run.elapsed)
     } else {
         hand_throughput::<T>(&target, &streams, point.each).await
     };
@@ -817,7 +866,7 @@ where
 async fn throughput_point<S, T, P>(
     options: &Options,
     point: &Point<'_, S, P>,
-) -> BenchResult<(f64, f64)>
+) -> BenchResult<(Rates, Rates)>
 where
     S: Subscriber + Copy,
     T: serde::de::DeserializeOwned + Send + 'static,
@@ -831,7 +880,7 @@ where
                 .push(throughput_run::<S, T, P>(point, framework, run).await?);
         }
     }
-    let [hand, framework] = runs.map(|r| rate(total, &r));
+    let [hand, framework] = runs.map(|r| Rates::of(total, &r));
     Ok((framework, hand))
 }
 
@@ -839,9 +888,9 @@ async fn payload_curve(options: &Options) -> BenchResult<()> {
     println!("## payload size: JSON {{\"id\",\"pad\"}} decoded by both sides, workers(8)");
     println!();
     println!(
-        "| broker | payload | messages | hand loop msg/s | #[subscriber] msg/s | vs hand | hand MB/s | #[subscriber] MB/s |"
+        "| broker | payload | messages | hand loop msg/s | #[subscriber] msg/s | vs hand | hand msg/CPU-s | #[subscriber] msg/CPU-s | CPU ratio | #[subscriber] MB/s |"
     );
-    println!("|:--|--:|--:|--:|--:|--:|--:|--:|");
+    println!("|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for &kind in &options.brokers {
         let (base, budget) = match kind {
             Kind::Memory => (options.messages, MEMORY_PAYLOAD_BUDGET),
@@ -858,17 +907,18 @@ async fn payload_curve(options: &Options) -> BenchResult<()> {
                 payload: move |i| padded_payload(i, size),
             };
             let (framework, hand) = throughput_point::<_, Padded, _>(options, &point).await?;
-            let mb = |rate: f64| rate * size as f64 / 1e6;
             println!(
-                "| {} | {} | {} | {} | {} | {:.2} | {:.0} | {:.0} |",
+                "| {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {:.0} |",
                 kind.name(),
                 size_name(size),
                 thousands(messages as f64),
-                thousands(hand),
-                thousands(framework),
-                framework / hand,
-                mb(hand),
-                mb(framework),
+                thousands(hand.wall),
+                thousands(framework.wall),
+                framework.wall / hand.wall,
+                hand.cpu_text(),
+                framework.cpu_text(),
+                framework.cpu_ratio(hand),
+                framework.wall * size as f64 / 1e6,
             );
         }
     }
@@ -893,9 +943,9 @@ async fn subs_curve(options: &Options) -> BenchResult<()> {
     );
     println!();
     println!(
-        "| broker | subscriptions | messages each | hand loops msg/s | #[subscriber] msg/s | vs hand |"
+        "| broker | subscriptions | messages each | hand loops msg/s | #[subscriber] msg/s | vs hand | hand msg/CPU-s | #[subscriber] msg/CPU-s | CPU ratio |"
     );
-    println!("|:--|--:|--:|--:|--:|--:|");
+    println!("|:--|--:|--:|--:|--:|--:|--:|--:|--:|");
     for &kind in &options.brokers {
         if kind == Kind::Redis && !options.subs_redis {
             continue;
@@ -916,14 +966,66 @@ async fn subs_curve(options: &Options) -> BenchResult<()> {
             };
             let (framework, hand) = throughput_point::<_, Payment, _>(options, &point).await?;
             println!(
-                "| {} | {k} | {} | {} | {} | {:.2} |",
+                "| {} | {k} | {} | {} | {} | {:.2} | {} | {} | {} |",
                 kind.name(),
                 thousands(each as f64),
-                thousands(hand),
-                thousands(framework),
-                framework / hand,
+                thousands(hand.wall),
+                thousands(framework.wall),
+                framework.wall / hand.wall,
+                hand.cpu_text(),
+                framework.cpu_text(),
+                framework.cpu_ratio(hand),
             );
         }
+    }
+    println!();
+    if options.brokers.contains(&Kind::Memory) {
+        subs_counts(options).await?;
+    }
+    Ok(())
+}
+
+/// The subscriptions curve's counters, from one untimed framework pass
+/// per point on the memory broker: broker calls and allocations per
+/// message, and the time `start()` took.
+async fn subs_counts(options: &Options) -> BenchResult<()> {
+    println!("Counters of one framework pass per point (memory broker):");
+    println!();
+    println!("| subscriptions | msgs/read | msgs/ack | allocs/msg | start() ms | run ms |");
+    println!("|--:|--:|--:|--:|--:|--:|");
+    for &k in &options.subscriptions {
+        let each = (options.messages / k as u64).max(1);
+        let calls = Arc::new(Calls::default());
+        let broker = Counted {
+            inner: ruststream_memory::with_retention(ruststream_memory::MemoryRetention::UNBOUNDED),
+            calls: Arc::clone(&calls),
+        };
+        let streams: Vec<String> = (0..k).map(|i| format!("subs-{i}")).collect();
+        for stream in &streams {
+            memory_loops::fill(&broker, stream, each, payload).await?;
+        }
+        let subscribers: Vec<_> = streams
+            .iter()
+            .map(|s| configured(on_payment, s, WORKERS))
+            .collect();
+        let app = app_on(&broker, &subscribers);
+        let (reads, acks) = calls.snapshot();
+        counting::enable(true);
+        let before = counting::allocations();
+        let run = run_app(app, &broker, &streams, each * k as u64).await;
+        let allocations = counting::allocations() - before;
+        counting::enable(false);
+        let run = run?;
+        let (reads_after, acks_after) = calls.snapshot();
+        let total = (each * k as u64) as f64;
+        println!(
+            "| {k} | {:.1} | {:.1} | {:.3} | {:.2} | {:.1} |",
+            total / (reads_after - reads) as f64,
+            total / (acks_after - acks) as f64,
+            allocations as f64 / total,
+            run.start.as_secs_f64() * 1e3,
+            run.elapsed.wall.as_secs_f64() * 1e3,
+        );
     }
     println!();
     Ok(())
@@ -990,7 +1092,7 @@ fn parse_options() -> BenchResult<Options> {
         curves: ALL_CURVES.to_vec(),
         brokers: vec![Kind::Memory, Kind::Redis],
         reps: 3,
-        messages: 200_000,
+        messages: 1_000_000,
         redis_messages: 100_000,
         seconds: 3.0,
         rates: vec![1_000, 10_000, 50_000],

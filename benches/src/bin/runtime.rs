@@ -74,12 +74,15 @@
 
 use std::error::Error;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use ruststream::prelude::*;
-use ruststream::{Broker, Subscriber, broker_methods, forward_broker};
-use ruststream_benches::{Payment, Probe, counting, median, memory_loops, payload, thousands};
+use ruststream::{Broker, Subscriber};
+use ruststream_benches::counted::{Calls, Counted};
+use ruststream_benches::{
+    Elapsed, Payment, Probe, Stopwatch, counting, median, memory_loops, payload, thousands,
+};
 use tokio::runtime::Runtime;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -102,8 +105,6 @@ const BIG_BATCH: usize = 64;
 const TARGET_RATIO: f64 = 0.60;
 /// Give up on a run that has not handled every message by then.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
-/// Runs shorter than this report no CPU time (it can lag by a tick).
-const MIN_CPU_WINDOW: Duration = Duration::from_millis(100);
 /// Worker threads of the multi-thread runtime.
 const MULTI_THREAD_WORKERS: usize = 2;
 
@@ -192,52 +193,6 @@ fn check_workers(workers: usize) -> BenchResult<()> {
     }
 }
 
-/// Counts of the broker calls a run made.
-#[derive(Debug, Default)]
-struct Calls {
-    reads: AtomicU64,
-    acks: AtomicU64,
-}
-
-impl Calls {
-    fn snapshot(&self) -> (u64, u64) {
-        (
-            self.reads.load(Ordering::SeqCst),
-            self.acks.load(Ordering::SeqCst),
-        )
-    }
-}
-
-/// A memory broker that counts `read` and `ack` calls (for the untimed
-/// passes): each call is forwarded as is, with the inner future, so the
-/// count costs no allocation.
-#[derive(Clone, Debug)]
-struct Counted {
-    inner: MemoryBroker,
-    calls: Arc<Calls>,
-}
-
-/// The body of a counted call of [`Counted`]: counted under `calls.$count`,
-/// then passed on with the inner future.
-macro_rules! counted {
-    ($this:ident, [$count:ident] $method:ident($($param:ident),*)) => {{
-        $this.calls.$count.fetch_add(1, Ordering::Relaxed);
-        $this.inner.$method($($param),*)
-    }};
-}
-
-impl Broker for Counted {
-    broker_methods!(counted: read[reads], ack[acks]);
-
-    // Everything else passes through unchanged.
-    forward_broker!(
-        inner: name, check_mode, publish, publish_batch, ensure_group, set_group_position,
-        retry, dead_letter, redrive, discard, group_info, consumers, pending, dead_letters,
-        range, stream_info, trim,
-        extend_claim,
-    );
-}
-
 /// Publishes the `messages` payments to `broker`'s stream (not timed).
 async fn fill(broker: &dyn Broker, messages: u64) -> BenchResult<()> {
     memory_loops::fill(broker, STREAM, messages, payload).await
@@ -250,59 +205,6 @@ fn expect_count(what: &str, got: u64, want: u64) -> BenchResult<()> {
         Ok(())
     } else {
         Err(format!("benchmark check failed: {what}: {got}, expected {want}").into())
-    }
-}
-
-/// The on-CPU time of every thread of this process so far, from
-/// `/proc/self/task/*/schedstat` (Linux; nanoseconds, as the scheduler
-/// accounts it). `None` where that cannot be read. A running thread's
-/// figure is brought up to date only at the scheduler's tick or when it is
-/// switched out, so it can lag by a few milliseconds: see
-/// [`MIN_CPU_WINDOW`].
-fn cpu_time() -> Option<Duration> {
-    let mut total: u64 = 0;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let mut path = task.ok()?.path();
-        path.push("schedstat");
-        // A thread may end between listing and reading: skip it.
-        let Ok(stat) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(Duration::from_nanos(total))
-}
-
-/// How long a run took: wall-clock, and CPU time over all threads (which
-/// other processes on a shared machine do not inflate).
-#[derive(Clone, Copy, Debug)]
-struct Elapsed {
-    wall: Duration,
-    cpu: Option<Duration>,
-}
-
-/// Measures wall-clock and CPU time from its start.
-struct Stopwatch {
-    wall: Instant,
-    cpu: Option<Duration>,
-}
-
-impl Stopwatch {
-    fn start() -> Self {
-        let cpu = cpu_time();
-        Stopwatch {
-            wall: Instant::now(),
-            cpu,
-        }
-    }
-
-    fn elapsed(&self) -> Elapsed {
-        let wall = self.wall.elapsed();
-        let cpu = match (self.cpu, cpu_time()) {
-            (Some(before), Some(after)) if wall >= MIN_CPU_WINDOW => after.checked_sub(before),
-            _ => None,
-        };
-        Elapsed { wall, cpu }
     }
 }
 
