@@ -397,17 +397,23 @@ impl Rates {
         }
     }
 
-    /// The CPU rate, or `-`.
-    fn cpu_text(self) -> String {
-        self.cpu.map_or("-".to_owned(), thousands)
-    }
-
-    /// This CPU rate over `base`'s, or `-`.
-    fn cpu_ratio(self, base: Rates) -> String {
-        match (self.cpu, base.cpu) {
+    /// The table columns `hand msg/s | framework msg/s | ratio | hand
+    /// msg/CPU-s | framework msg/CPU-s | ratio`, this being the framework's
+    /// rates and `hand` the hand loop's (`-` where a CPU rate is missing).
+    fn columns(self, hand: Rates) -> String {
+        let cpu = |r: Rates| r.cpu.map_or("-".to_owned(), thousands);
+        let cpu_ratio = match (self.cpu, hand.cpu) {
             (Some(a), Some(b)) => format!("{:.2}", a / b),
             _ => "-".to_owned(),
-        }
+        };
+        format!(
+            "{} | {} | {:.2} | {} | {} | {cpu_ratio}",
+            thousands(hand.wall),
+            thousands(self.wall),
+            self.wall / hand.wall,
+            cpu(hand),
+            cpu(self),
+        )
     }
 }
 
@@ -908,16 +914,11 @@ async fn payload_curve(options: &Options) -> BenchResult<()> {
             };
             let (framework, hand) = throughput_point::<_, Padded, _>(options, &point).await?;
             println!(
-                "| {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {:.0} |",
+                "| {} | {} | {} | {} | {:.0} |",
                 kind.name(),
                 size_name(size),
                 thousands(messages as f64),
-                thousands(hand.wall),
-                thousands(framework.wall),
-                framework.wall / hand.wall,
-                hand.cpu_text(),
-                framework.cpu_text(),
-                framework.cpu_ratio(hand),
+                framework.columns(hand),
                 framework.wall * size as f64 / 1e6,
             );
         }
@@ -966,15 +967,10 @@ async fn subs_curve(options: &Options) -> BenchResult<()> {
             };
             let (framework, hand) = throughput_point::<_, Payment, _>(options, &point).await?;
             println!(
-                "| {} | {k} | {} | {} | {} | {:.2} | {} | {} | {} |",
+                "| {} | {k} | {} | {} |",
                 kind.name(),
                 thousands(each as f64),
-                thousands(hand.wall),
-                thousands(framework.wall),
-                framework.wall / hand.wall,
-                hand.cpu_text(),
-                framework.cpu_text(),
-                framework.cpu_ratio(hand),
+                framework.columns(hand),
             );
         }
     }
