@@ -27,7 +27,9 @@
 //!   the hand loop (read n entries, spawn n tasks that each sleep 1 ms,
 //!   join them all, ack the batch), the timer alone (n tasks sleeping 1 ms
 //!   in a loop, no broker: what tokio's 1 ms sleeps deliver at that
-//!   concurrency), and the ideal n × 1000 msg/s.
+//!   concurrency), and the ideal n × 1000 msg/s; and each one's CPU time
+//!   per message, which shows whether the cost of an entry grows with the
+//!   number of lanes.
 //! - **payload**: throughput against payload size, 100 B, 1 KiB and
 //!   16 KiB of JSON (`{"id":..,"pad":"xxxx.."}`, decoded by both sides into
 //!   a struct with a `String`), on memory and Redis, `workers(8)` beside the
@@ -39,11 +41,21 @@
 //!   1, 10 and 100, each reading a stream of its own, the total number of
 //!   messages fixed, `workers(8)` each, a handler that decodes a `Payment`
 //!   and returns; beside as many hand loops (one task per stream, the same
-//!   loop as the payload curve), all on the memory broker.
+//!   loop as the payload curve), all on the memory broker (`--subs-redis`
+//!   adds Redis). Then counters from one more framework pass per point:
+//!   messages per `read` and per `ack` call (a broker wrapper counts them),
+//!   allocations per message, and how long `start()` took.
 //!
 //! Throughput rows are the median of `--reps` runs (default 3),
 //! interleaved framework / hand; a run is timed from the app's start (the
-//! hand loop's first call) until every entry is handled and acked. The
+//! hand loop's first call) until every entry is handled and acked, in
+//! messages per wall-clock second and per second of CPU time over all the
+//! process's threads (`Stopwatch`; other processes on a shared machine
+//! slow the first, not the second; runs under 100 ms show no CPU figure).
+//! The latency rows give each percentile's median over the `--reps` runs.
+//! `--prefetch N` gives every framework subscription `prefetch(N)` instead
+//! of the default read-ahead (for the subscriptions curve's finding: the
+//! entries read ahead by all subscriptions together are the working set). The
 //! consumers run on one current-thread tokio runtime, as in the other
 //! benchmarks. The load average is printed before and after, since the
 //! machine may be shared.
@@ -201,14 +213,22 @@ impl<S: Subscriber> Subscriber for Configured<S> {
 }
 
 /// `inner` reading `stream` in group [`GROUP`] from its beginning, with
-/// `workers` lanes and the default read-ahead.
-fn configured<S: Subscriber>(inner: S, stream: &str, workers: usize) -> Configured<S> {
+/// `workers` lanes and `prefetch(n)` if given (else the default
+/// read-ahead).
+fn configured<S: Subscriber>(
+    inner: S,
+    stream: &str,
+    workers: usize,
+    prefetch: Option<usize>,
+) -> Configured<S> {
     let descriptor = RedisStream::new(stream)
         .group(GROUP)
         .start_id(StreamStart::Beginning);
+    let mut subscription = Subscription::new(descriptor).workers(workers);
+    subscription.prefetch = prefetch;
     Configured {
         inner,
-        subscription: Subscription::new(descriptor).workers(workers),
+        subscription,
     }
 }
 
@@ -568,9 +588,10 @@ async fn latency_run(
     kind: Kind,
     framework: bool,
     rate: u64,
-    seconds: f64,
+    options: &Options,
     run: usize,
 ) -> BenchResult<Percentiles> {
+    let (seconds, prefetch) = (options.seconds, options.prefetch);
     let total = ((rate as f64 * seconds) as u64).max(1);
     let stream = stream_name(&format!("latency-{rate}-{framework}"), run);
     let mut target = Target::new(kind).await?;
@@ -586,7 +607,7 @@ async fn latency_run(
     let result = if framework {
         // The group is created by the app's start, before the publisher
         // starts.
-        let app = target.app(&[configured(on_stamped, &stream, WORKERS)]);
+        let app = target.app(&[configured(on_stamped, &stream, WORKERS, prefetch)]);
         let running = app.start().await?;
         let publisher = spawn_publisher(kind, memory, stream.clone(), rate, total);
         let waited = wait_handled(total).await;
@@ -635,7 +656,7 @@ async fn latency_curve(options: &Options) -> BenchResult<()> {
             for run in 0..options.reps {
                 for framework in [false, true] {
                     runs[usize::from(framework)]
-                        .push(latency_run(kind, framework, rate, options.seconds, run).await?);
+                        .push(latency_run(kind, framework, rate, options, run).await?);
                 }
             }
             let [hand, framework] = runs.map(|r| Percentiles::median(&r));
@@ -723,9 +744,9 @@ async fn workers_curve(options: &Options) -> BenchResult<()> {
     );
     println!();
     println!(
-        "| n | messages | ideal msg/s | timer alone msg/s | hand loop msg/s | #[subscriber] msg/s | vs hand | vs ideal | vs timer |"
+        "| n | messages | ideal msg/s | timer alone msg/s | hand loop msg/s | #[subscriber] msg/s | vs hand | vs ideal | vs timer | CPU µs/msg: timer | hand | #[subscriber] |"
     );
-    println!("|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    println!("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for &n in &options.workers {
         let ideal = n as f64 * 1000.0;
         let messages = ((ideal * options.workers_seconds) as u64 / n as u64).max(1) * n as u64;
@@ -738,21 +759,25 @@ async fn workers_curve(options: &Options) -> BenchResult<()> {
             hand_workers(&broker, &stream, n, messages).await?;
             runs[1].push(started.elapsed());
             let broker = filled_memory(&stream, messages, payload).await?;
-            let app = app_on(&broker, &[configured(on_io, &stream, n)]);
+            let app = app_on(&broker, &[configured(on_io, &stream, n, options.prefetch)]);
             let streams = std::slice::from_ref(&stream);
             runs[2].push(run_app(app, &broker, streams, messages).await?.elapsed);
         }
-        let [timer, hand, framework] = runs.map(|r| Rates::of(messages, &r).wall);
+        let [timer, hand, framework] = runs.map(|r| Rates::of(messages, &r));
+        let cpu_us = |r: Rates| r.cpu.map_or("-".to_owned(), |c| format!("{:.2}", 1e6 / c));
         println!(
-            "| {n} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
+            "| {n} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             thousands(messages as f64),
             thousands(ideal),
-            thousands(timer),
-            thousands(hand),
-            thousands(framework),
-            framework / hand,
-            framework / ideal,
-            framework / timer,
+            thousands(timer.wall),
+            thousands(hand.wall),
+            thousands(framework.wall),
+            framework.wall / hand.wall,
+            framework.wall / ideal,
+            framework.wall / timer.wall,
+            cpu_us(timer),
+            cpu_us(hand),
+            cpu_us(framework),
         );
     }
     println!();
@@ -832,6 +857,8 @@ struct Point<'a, S, P> {
     subscriptions: usize,
     each: u64,
     payload: P,
+    /// The framework's `prefetch(n)`, if any.
+    prefetch: Option<usize>,
 }
 
 /// One throughput run of the framework or the hand loop: the point's
@@ -855,7 +882,7 @@ where
     let result = if framework {
         let subscribers: Vec<_> = streams
             .iter()
-            .map(|s| configured(point.subscriber, s, WORKERS))
+            .map(|s| configured(point.subscriber, s, WORKERS, point.prefetch))
             .collect();
         run_app(target.app(&subscribers), target.broker(), &streams, total)
             .await
@@ -911,6 +938,7 @@ async fn payload_curve(options: &Options) -> BenchResult<()> {
                 subscriptions: 1,
                 each: messages,
                 payload: move |i| padded_payload(i, size),
+                prefetch: options.prefetch,
             };
             let (framework, hand) = throughput_point::<_, Padded, _>(options, &point).await?;
             println!(
@@ -964,6 +992,7 @@ async fn subs_curve(options: &Options) -> BenchResult<()> {
                 subscriptions: k,
                 each,
                 payload,
+                prefetch: options.prefetch,
             };
             let (framework, hand) = throughput_point::<_, Payment, _>(options, &point).await?;
             println!(
@@ -1002,7 +1031,7 @@ async fn subs_counts(options: &Options) -> BenchResult<()> {
         }
         let subscribers: Vec<_> = streams
             .iter()
-            .map(|s| configured(on_payment, s, WORKERS))
+            .map(|s| configured(on_payment, s, WORKERS, options.prefetch))
             .collect();
         let app = app_on(&broker, &subscribers);
         let (reads, acks) = calls.snapshot();
@@ -1058,12 +1087,15 @@ struct Options {
     subscriptions: Vec<usize>,
     /// Whether the subscriptions curve also runs on Redis.
     subs_redis: bool,
+    /// The framework's `prefetch(n)` in every curve; `None`: the default
+    /// read-ahead.
+    prefetch: Option<usize>,
 }
 
 const USAGE: &str = "usage: curves [--only latency|workers|payload|subs] [--broker memory|redis|both] \
     [--reps R] [--messages N] [--redis-messages N] [--seconds S] [--rates 1000,10000,50000] \
     [--workers 1,8,64,512] [--workers-seconds S] [--sizes 100,1024,16384] \
-    [--subscriptions 1,10,100] [--subs-redis]";
+    [--subscriptions 1,10,100] [--subs-redis] [--prefetch N]";
 
 /// A positive number, or an error naming the flag.
 fn number<T: std::str::FromStr + PartialOrd + Default>(flag: &str, text: &str) -> BenchResult<T> {
@@ -1097,6 +1129,7 @@ fn parse_options() -> BenchResult<Options> {
         sizes: vec![100, 1024, 16 * 1024],
         subscriptions: vec![1, 10, 100],
         subs_redis: false,
+        prefetch: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -1138,6 +1171,7 @@ fn parse_options() -> BenchResult<Options> {
             "--workers-seconds" => options.workers_seconds = number(&flag, &value)?,
             "--sizes" => options.sizes = list(&flag, &value)?,
             "--subscriptions" => options.subscriptions = list(&flag, &value)?,
+            "--prefetch" => options.prefetch = Some(number(&flag, &value)?),
             other => return Err(format!("unknown argument {other}; {USAGE}").into()),
         }
     }
