@@ -744,7 +744,7 @@ async fn workers_curve(options: &Options) -> BenchResult<()> {
     );
     println!();
     println!(
-        "| n | messages | ideal msg/s | timer alone msg/s | hand loop msg/s | #[subscriber] msg/s | vs hand | vs ideal | vs timer | CPU µs/msg: timer | hand | #[subscriber] |"
+        "| n | messages | ideal msg/s | timer alone msg/s | hand loop msg/s | #[subscriber] msg/s | vs hand | vs ideal | vs timer | CPU µs/msg, timer | CPU µs/msg, hand | CPU µs/msg, #[subscriber] |"
     );
     println!("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for &n in &options.workers {
