@@ -89,6 +89,7 @@ use ruststream_redis::RedisBroker;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
 
+/// The group of every subscription and hand loop.
 const GROUP: &str = "curves";
 /// Give up on a run that has not handled every message by then.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -106,8 +107,10 @@ const WORKERS: usize = 8;
 const MEMORY_HAND_READ: usize = 512;
 /// At most this many payload bytes in one payload-curve run.
 const MEMORY_PAYLOAD_BUDGET: u64 = 512 << 20;
+/// The same on Redis (the server is shared).
 const REDIS_PAYLOAD_BUDGET: u64 = 64 << 20;
 
+/// Counts handled messages; wakes the timing task at the last one.
 static PROBE: Probe = Probe::new();
 
 /// The process's clock origin, shared by the publisher and the consumers.
@@ -248,6 +251,7 @@ impl Kind {
     }
 }
 
+/// `RUSTSTREAM_REDIS_URL`, or the local default.
 fn redis_url() -> String {
     std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
@@ -440,9 +444,9 @@ impl Rates {
 // ---------------------------------------------------------------- latency
 
 /// Publishes `total` stamped messages to `stream` at `rate` per second
-/// from a thread of its own, with its own runtime and broker handle.
+/// from a thread of its own, with its own runtime and broker handle: the
+/// memory broker `memory`, or (`None`) a new `RedisBroker`.
 fn spawn_publisher(
-    kind: Kind,
     memory: Option<MemoryBroker>,
     stream: String,
     rate: u64,
@@ -454,9 +458,9 @@ fn spawn_publisher(
             .build()
             .map_err(|e| e.to_string())?;
         runtime.block_on(async move {
-            let broker: Box<dyn Broker> = match (kind, memory) {
-                (Kind::Memory, Some(b)) => Box::new(b),
-                _ => Box::new(RedisBroker::standalone(redis_url())),
+            let broker: Box<dyn Broker> = match memory {
+                Some(b) => Box::new(b),
+                None => Box::new(RedisBroker::standalone(redis_url())),
             };
             let interval = 1e9 / rate as f64;
             let start = Instant::now();
@@ -609,7 +613,7 @@ async fn latency_run(
         // starts.
         let app = target.app(&[configured(on_stamped, &stream, WORKERS, prefetch)]);
         let running = app.start().await?;
-        let publisher = spawn_publisher(kind, memory, stream.clone(), rate, total);
+        let publisher = spawn_publisher(memory, stream.clone(), rate, total);
         let waited = wait_handled(total).await;
         running.shutdown().await;
         join_publisher(publisher)?;
@@ -619,7 +623,7 @@ async fn latency_run(
             .broker()
             .ensure_group(&stream, GROUP, StreamStart::Beginning)
             .await?;
-        let publisher = spawn_publisher(kind, memory, stream.clone(), rate, total);
+        let publisher = spawn_publisher(memory, stream.clone(), rate, total);
         let consumed = match &mut target {
             Target::Memory(b) => hand_latency_memory(b, &stream, total).await,
             Target::Redis { conn, .. } => hand_latency_redis(conn, &stream, total).await,
@@ -632,6 +636,7 @@ async fn latency_run(
     percentiles((rate as f64 * WARM_UP_SECONDS) as u64)
 }
 
+/// Waits for the publisher thread; its error, if any.
 fn join_publisher(publisher: std::thread::JoinHandle<Result<(), String>>) -> BenchResult<()> {
     publisher
         .join()
@@ -640,6 +645,7 @@ fn join_publisher(publisher: std::thread::JoinHandle<Result<(), String>>) -> Ben
     Ok(())
 }
 
+/// The latency curve: every broker, every rate, hand loop and framework.
 async fn latency_curve(options: &Options) -> BenchResult<()> {
     println!(
         "## latency: publish to handler start, {:.1} s per rate ({WARM_UP_SECONDS} s of warm-up not counted), µs, median over {} runs of each percentile",
@@ -737,6 +743,7 @@ async fn timer_alone(n: usize, total: u64) -> BenchResult<Elapsed> {
     Ok(started.elapsed())
 }
 
+/// The `workers(n)` curve, on the memory broker.
 async fn workers_curve(options: &Options) -> BenchResult<()> {
     println!(
         "## workers(n): a handler awaiting 1 ms (tokio::time::sleep), memory broker, {} s of ideal work per run",
@@ -917,6 +924,7 @@ where
     Ok((framework, hand))
 }
 
+/// The payload-size curve: every broker, every size.
 async fn payload_curve(options: &Options) -> BenchResult<()> {
     println!("## payload size: JSON {{\"id\",\"pad\"}} decoded by both sides, workers(8)");
     println!();
@@ -955,6 +963,7 @@ async fn payload_curve(options: &Options) -> BenchResult<()> {
     Ok(())
 }
 
+/// `1024` as `1 KiB`, `100` as `100 B`.
 fn size_name(size: usize) -> String {
     if size >= 1024 && size.is_multiple_of(1024) {
         format!("{} KiB", size / 1024)
@@ -965,6 +974,8 @@ fn size_name(size: usize) -> String {
 
 // ---------------------------------------------------------------- subs
 
+/// The subscriptions curve: every broker (Redis with `--subs-redis`),
+/// every count, then the counters on memory.
 async fn subs_curve(options: &Options) -> BenchResult<()> {
     println!(
         "## subscriptions in one app: {} messages in all, split over one stream per subscription, workers(8) each",
@@ -1058,6 +1069,7 @@ async fn subs_counts(options: &Options) -> BenchResult<()> {
 
 // ---------------------------------------------------------------- options
 
+/// A curve, as `--only` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Curve {
     Latency,
@@ -1066,8 +1078,10 @@ enum Curve {
     Subs,
 }
 
+/// The curves run without `--only`, in order.
 const ALL_CURVES: [Curve; 4] = [Curve::Latency, Curve::Workers, Curve::Payload, Curve::Subs];
 
+/// The command line's options.
 #[derive(Debug)]
 struct Options {
     curves: Vec<Curve>,
@@ -1092,6 +1106,7 @@ struct Options {
     prefetch: Option<usize>,
 }
 
+/// The command line.
 const USAGE: &str = "usage: curves [--only latency|workers|payload|subs] [--broker memory|redis|both] \
     [--reps R] [--messages N] [--redis-messages N] [--seconds S] [--rates 1000,10000,50000] \
     [--workers 1,8,64,512] [--workers-seconds S] [--sizes 100,1024,16384] \
@@ -1115,6 +1130,7 @@ fn list<T: std::str::FromStr + PartialOrd + Default>(
         .collect()
 }
 
+/// The options from the command line; a clear error for a bad one.
 fn parse_options() -> BenchResult<Options> {
     let mut options = Options {
         curves: ALL_CURVES.to_vec(),
