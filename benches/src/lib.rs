@@ -133,6 +133,29 @@ impl Probe {
         self.handled_one();
     }
 
+    /// Waits until `target` messages have been handled since
+    /// [`Probe::arm`], for at most `timeout`; the error says how many were.
+    /// A wake-up left over from an earlier run (its last message handled
+    /// with no one waiting) is consumed and the count checked again.
+    pub async fn wait(&self, target: u64, timeout: Duration) -> Result<(), String> {
+        use std::sync::atomic::Ordering;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.handled.load(Ordering::SeqCst) >= target {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, self.done.notified())
+                .await
+                .is_err()
+            {
+                return Err(format!(
+                    "handled {} of {target} messages in {timeout:?}",
+                    self.handled.load(Ordering::SeqCst)
+                ));
+            }
+        }
+    }
+
     /// One message handled; the last one wakes the timing task.
     pub fn handled_one(&self) {
         use std::sync::atomic::Ordering;

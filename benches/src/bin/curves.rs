@@ -379,26 +379,9 @@ async fn run_app(
     Ok(AppRun { elapsed, start })
 }
 
-/// Waits until [`PROBE`] has counted `total` handled messages. A wake-up
-/// left over from an earlier run (a hand loop's last message, which no one
-/// awaited) is consumed and the count checked again.
+/// Waits until [`PROBE`] has counted `total` handled messages.
 async fn wait_handled(total: u64) -> BenchResult<()> {
-    let deadline = tokio::time::Instant::now() + RUN_TIMEOUT;
-    loop {
-        if PROBE.handled.load(Ordering::SeqCst) >= total {
-            return Ok(());
-        }
-        if tokio::time::timeout_at(deadline, PROBE.done.notified())
-            .await
-            .is_err()
-        {
-            return Err(format!(
-                "handled {} of {total} messages in {RUN_TIMEOUT:?}",
-                PROBE.handled.load(Ordering::SeqCst)
-            )
-            .into());
-        }
-    }
+    Ok(PROBE.wait(total, RUN_TIMEOUT).await?)
 }
 
 /// Messages per second of a point: wall-clock, and per second of CPU

@@ -229,16 +229,10 @@ async fn framework<B: Broker + Clone>(
             }
         });
     let running = app.start().await?;
-    if tokio::time::timeout(RUN_TIMEOUT, PROBE.done.notified())
+    PROBE
+        .wait(messages, RUN_TIMEOUT)
         .await
-        .is_err()
-    {
-        return Err(format!(
-            "framework handled {} of {messages} messages in {RUN_TIMEOUT:?}",
-            PROBE.handled.load(Ordering::SeqCst)
-        )
-        .into());
-    }
+        .map_err(|e| format!("framework: {e}"))?;
     // The last handler has run; its ack may still be on its way. The app
     // counts an entry as settled only once its ack call has returned (and
     // its `acked` counter is up to date, which the check below reads): wait
