@@ -8,12 +8,20 @@
 //! - [`Payment`] and [`payload`]: the message the runtime and Redis
 //!   benchmarks send; [`batches`] to send it in; [`median`] and
 //!   [`thousands`] for their reports.
+//! - [`counted::Counted`]: a memory broker that counts its reads and
+//!   acks.
+//! - [`Stopwatch`]: wall-clock and CPU time of a run (CPU time over all
+//!   the process's threads, which other processes do not inflate).
 //! - [`redis_loops`]: the consume loops of the Redis benchmarks, by hand
-//!   and through the broker.
-//! - [`cpu`]: CPU time of this process and of a Redis server.
+//!   and through the broker; [`memory_loops`]: the fill and the hand loop
+//!   of the memory-broker benchmarks.
+//! - [`cpu`]: CPU time of a Redis server.
 
 pub mod cpu;
+pub mod memory_loops;
 pub mod redis_loops;
+
+use std::time::{Duration, Instant};
 
 /// Counts heap allocations while switched on.
 ///
@@ -127,6 +135,29 @@ impl Probe {
         self.handled_one();
     }
 
+    /// Waits until `target` messages have been handled since
+    /// [`Probe::arm`], for at most `timeout`; the error says how many were.
+    /// A wake-up left over from an earlier run (its last message handled
+    /// with no one waiting) is consumed and the count checked again.
+    pub async fn wait(&self, target: u64, timeout: Duration) -> Result<(), String> {
+        use std::sync::atomic::Ordering;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.handled.load(Ordering::SeqCst) >= target {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, self.done.notified())
+                .await
+                .is_err()
+            {
+                return Err(format!(
+                    "handled {} of {target} messages in {timeout:?}",
+                    self.handled.load(Ordering::SeqCst)
+                ));
+            }
+        }
+    }
+
     /// One message handled; the last one wakes the timing task.
     pub fn handled_one(&self) {
         use std::sync::atomic::Ordering;
@@ -197,6 +228,128 @@ pub fn thousands(value: f64) -> String {
         out.push(c);
     }
     out
+}
+
+/// A memory broker that counts its `read` and `ack` calls, for the
+/// benchmarks' untimed passes (messages per read, per ack).
+pub mod counted {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use ruststream::{Broker, MemoryBroker, broker_methods, forward_broker};
+
+    /// Counts of the broker calls a run made.
+    #[derive(Debug, Default)]
+    pub struct Calls {
+        /// `read` calls.
+        pub reads: AtomicU64,
+        /// `ack` calls.
+        pub acks: AtomicU64,
+    }
+
+    impl Calls {
+        /// `(reads, acks)` so far.
+        pub fn snapshot(&self) -> (u64, u64) {
+            (
+                self.reads.load(Ordering::SeqCst),
+                self.acks.load(Ordering::SeqCst),
+            )
+        }
+    }
+
+    /// A memory broker that counts `read` and `ack` calls (for the untimed
+    /// passes): each call is forwarded as is, with the inner future, so the
+    /// count costs no allocation.
+    #[derive(Clone, Debug)]
+    pub struct Counted {
+        /// The broker.
+        pub inner: MemoryBroker,
+        /// Its calls so far.
+        pub calls: Arc<Calls>,
+    }
+
+    /// The body of a counted call of [`Counted`]: counted under `calls.$count`,
+    /// then passed on with the inner future.
+    macro_rules! counted {
+        ($this:ident, [$count:ident] $method:ident($($param:ident),*)) => {{
+            $this.calls.$count.fetch_add(1, Ordering::Relaxed);
+            $this.inner.$method($($param),*)
+        }};
+    }
+
+    impl Broker for Counted {
+        broker_methods!(counted: read[reads], ack[acks]);
+
+        // Everything else passes through unchanged.
+        forward_broker!(
+            inner: name, check_mode, publish, publish_batch, ensure_group, set_group_position,
+            retry, dead_letter, redrive, discard, group_info, consumers, pending, dead_letters,
+            range, stream_info, trim,
+            extend_claim,
+        );
+    }
+}
+
+/// Runs shorter than this report no CPU time (it can lag by a tick).
+pub const MIN_CPU_WINDOW: Duration = Duration::from_millis(100);
+
+/// The on-CPU time of every thread of this process so far, from
+/// `/proc/self/task/*/schedstat` (Linux; nanoseconds, as the scheduler
+/// accounts it). `None` where that cannot be read. A running thread's
+/// figure is brought up to date only at the scheduler's tick or when it is
+/// switched out, so it can lag by a few milliseconds: see
+/// [`MIN_CPU_WINDOW`].
+pub fn cpu_time() -> Option<Duration> {
+    let mut total: u64 = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let mut path = task.ok()?.path();
+        path.push("schedstat");
+        // A thread may end between listing and reading: skip it.
+        let Ok(stat) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(total))
+}
+
+/// How long a run took: wall-clock, and CPU time over all threads (which
+/// other processes on a shared machine do not inflate).
+#[derive(Clone, Copy, Debug)]
+pub struct Elapsed {
+    /// Wall-clock time.
+    pub wall: Duration,
+    /// CPU time over all threads, if it could be read and the run was
+    /// long enough ([`MIN_CPU_WINDOW`]).
+    pub cpu: Option<Duration>,
+}
+
+/// Measures wall-clock and CPU time from its start.
+#[derive(Debug)]
+pub struct Stopwatch {
+    wall: Instant,
+    cpu: Option<Duration>,
+}
+
+impl Stopwatch {
+    /// Starts measuring.
+    pub fn start() -> Self {
+        let cpu = cpu_time();
+        Stopwatch {
+            wall: Instant::now(),
+            cpu,
+        }
+    }
+
+    /// The time since [`Stopwatch::start`].
+    pub fn elapsed(&self) -> Elapsed {
+        let wall = self.wall.elapsed();
+        let cpu = match (self.cpu, cpu_time()) {
+            (Some(before), Some(after)) if wall >= MIN_CPU_WINDOW => after.checked_sub(before),
+            _ => None,
+        };
+        Elapsed { wall, cpu }
+    }
 }
 
 /// The workload of the file-log benchmarks (`filelog`, `filelog_memory`):

@@ -9,6 +9,7 @@ use redis::Value;
 use redis::aio::ConnectionLike;
 use ruststream::{Broker, ReadMode, ReadRequest, StreamStart};
 use ruststream_redis::RedisBroker;
+use serde::de::DeserializeOwned;
 
 use crate::{Payment, batches, payload};
 
@@ -21,6 +22,16 @@ pub const BATCH: usize = 500;
 /// Fills `stream` with messages `0..n` ([`payload`]) by pipelines of
 /// [`BATCH`] `XADD`s.
 pub async fn hand_fill<C: ConnectionLike>(conn: &mut C, stream: &str, n: u64) -> LoopResult {
+    hand_fill_with(conn, stream, n, payload).await
+}
+
+/// [`hand_fill`] with the payloads `payload(0..n)`.
+pub async fn hand_fill_with<C: ConnectionLike>(
+    conn: &mut C,
+    stream: &str,
+    n: u64,
+    payload: impl Fn(u64) -> Vec<u8>,
+) -> LoopResult {
     for batch in batches(n, BATCH) {
         let mut pipe = redis::pipe();
         for j in batch {
@@ -43,6 +54,87 @@ fn bytes(v: &Value) -> Option<&[u8]> {
     }
 }
 
+/// Creates `group` on `stream`, its cursor at `start` (`"0"`: the
+/// beginning; `"$"`: the end).
+pub async fn create_group<C: ConnectionLike>(
+    conn: &mut C,
+    stream: &str,
+    group: &str,
+    start: &str,
+) -> LoopResult {
+    redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(group)
+        .arg(start)
+        .arg("MKSTREAM")
+        .query_async::<()>(conn)
+        .await?;
+    Ok(())
+}
+
+/// One `XREADGROUP GROUP group consumer COUNT count [BLOCK ms] STREAMS
+/// stream >`, its reply as redis-rs returns it (`Nil` when a blocking
+/// read timed out).
+pub async fn hand_read<C: ConnectionLike>(
+    conn: &mut C,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    count: usize,
+    block_ms: Option<u64>,
+) -> Result<Value, Box<dyn Error>> {
+    let mut cmd = redis::cmd("XREADGROUP");
+    cmd.arg("GROUP")
+        .arg(group)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count);
+    if let Some(ms) = block_ms {
+        cmd.arg("BLOCK").arg(ms);
+    }
+    Ok(cmd
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
+        .query_async(conn)
+        .await?)
+}
+
+/// Calls `each(id, payload)` for every entry of an `XREADGROUP` reply
+/// (`payload` empty when the entry has no `payload` field), parsed from
+/// `redis::Value` directly (no `HashMap` per entry); returns how many.
+pub fn visit_entries(
+    reply: &Value,
+    mut each: impl FnMut(&[u8], &[u8]) -> LoopResult,
+) -> Result<u64, Box<dyn Error>> {
+    let Value::Array(streams) = reply else {
+        return Ok(0);
+    };
+    let mut seen = 0;
+    for s in streams {
+        let Value::Array(parts) = s else { continue };
+        let Some(Value::Array(entries)) = parts.get(1) else {
+            continue;
+        };
+        for entry in entries {
+            let Value::Array(e) = entry else { continue };
+            let (Some(id), Some(Value::Array(fields))) = (e.first().and_then(bytes), e.get(1))
+            else {
+                continue;
+            };
+            let payload = fields
+                .chunks_exact(2)
+                .find(|pair| bytes(&pair[0]) == Some(b"payload"))
+                .and_then(|pair| bytes(&pair[1]))
+                .unwrap_or_default();
+            each(id, payload)?;
+            seen += 1;
+        }
+    }
+    Ok(seen)
+}
+
 /// The hand-written consumer: creates `group` at the start of `stream`,
 /// then `XREADGROUP COUNT 500`, decodes each payload (UTF-8 checked once,
 /// then parsed as a str: the framework's decode), and one `XACK` per
@@ -54,54 +146,32 @@ pub async fn hand_consume<C: ConnectionLike>(
     group: &str,
     n: u64,
 ) -> LoopResult {
-    redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(stream)
-        .arg(group)
-        .arg("0")
-        .query_async::<()>(conn)
-        .await?;
+    hand_consume_as::<Payment, C>(conn, stream, group, n).await
+}
+
+/// [`hand_consume`], decoding each payload as a `T`.
+pub async fn hand_consume_as<T: DeserializeOwned, C: ConnectionLike>(
+    conn: &mut C,
+    stream: &str,
+    group: &str,
+    n: u64,
+) -> LoopResult {
+    create_group(conn, stream, group, "0").await?;
     let mut done = 0u64;
     while done < n {
-        let reply: Value = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(group)
-            .arg("hand-1")
-            .arg("COUNT")
-            .arg(BATCH)
-            .arg("STREAMS")
-            .arg(stream)
-            .arg(">")
-            .query_async(conn)
-            .await?;
-        let Value::Array(streams) = reply else {
-            return Err("the stream ran dry before every message was read".into());
-        };
+        let reply = hand_read(conn, stream, group, "hand-1", BATCH, None).await?;
         let mut ack = redis::cmd("XACK");
         ack.arg(stream).arg(group);
-        for s in &streams {
-            let Value::Array(parts) = s else { continue };
-            let Some(Value::Array(entries)) = parts.get(1) else {
-                continue;
-            };
-            for entry in entries {
-                let Value::Array(e) = entry else { continue };
-                let (Some(id), Some(Value::Array(fields))) = (e.first().and_then(bytes), e.get(1))
-                else {
-                    continue;
-                };
-                for pair in fields.chunks_exact(2) {
-                    if bytes(&pair[0]) == Some(b"payload")
-                        && let Some(p) = bytes(&pair[1])
-                    {
-                        let payment: Payment = serde_json::from_str(std::str::from_utf8(p)?)?;
-                        black_box(&payment);
-                    }
-                }
-                ack.arg(id);
-                done += 1;
-            }
+        let read = visit_entries(&reply, |id, payload| {
+            let value: T = serde_json::from_str(std::str::from_utf8(payload)?)?;
+            black_box(&value);
+            ack.arg(id);
+            Ok(())
+        })?;
+        if read == 0 {
+            return Err("the stream ran dry before every message was read".into());
         }
+        done += read;
         ack.query_async::<i64>(conn).await?;
     }
     Ok(())

@@ -264,7 +264,7 @@ async fn run_row(
     if !matches!(row, Row::PublishHand | Row::PublishBroker) {
         fill(conn, &stream, n).await?;
     }
-    let client_before = cpu::process_time();
+    let client_before = ruststream_benches::cpu_time();
     let server_before = cpu::redis_server_time(conn).await;
     let wall = match row {
         Row::PublishHand => fill(conn, &stream, n).await?,
@@ -275,7 +275,7 @@ async fn run_row(
             consume_app(broker, &stream, n, row).await?
         }
     };
-    let client_cpu = cpu::process_time()
+    let client_cpu = ruststream_benches::cpu_time()
         .zip(client_before)
         .and_then(|(after, before)| after.checked_sub(before));
     let server_cpu = cpu::redis_server_time(conn)

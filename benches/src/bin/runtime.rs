@@ -73,16 +73,16 @@
 //! no-ops, the default.
 
 use std::error::Error;
-use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use ruststream::prelude::*;
-use ruststream::{
-    Broker, Message, ReadMode, ReadRequest, Subscriber, broker_methods, forward_broker,
+use ruststream::{Broker, Subscriber};
+use ruststream_benches::counted::{Calls, Counted};
+use ruststream_benches::{
+    Elapsed, Payment, Probe, Stopwatch, counting, median, memory_loops, payload, thousands,
 };
-use ruststream_benches::{Payment, Probe, counting, median, payload, thousands};
 use tokio::runtime::Runtime;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -90,7 +90,6 @@ type BenchResult<T> = Result<T, Box<dyn Error>>;
 const STREAM: &str = "payments";
 const FRAMEWORK_GROUP: &str = "ledger";
 const HAND_GROUP: &str = "ledger-hand";
-const HAND_CONSUMER: &str = "hand-1";
 
 /// Messages per timed run (`--messages` changes it).
 const DEFAULT_MESSAGES: u64 = 1_000_000;
@@ -106,8 +105,6 @@ const BIG_BATCH: usize = 64;
 const TARGET_RATIO: f64 = 0.60;
 /// Give up on a run that has not handled every message by then.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
-/// Runs shorter than this report no CPU time (it can lag by a tick).
-const MIN_CPU_WINDOW: Duration = Duration::from_millis(100);
 /// Worker threads of the multi-thread runtime.
 const MULTI_THREAD_WORKERS: usize = 2;
 
@@ -196,63 +193,9 @@ fn check_workers(workers: usize) -> BenchResult<()> {
     }
 }
 
-/// Counts of the broker calls a run made.
-#[derive(Debug, Default)]
-struct Calls {
-    reads: AtomicU64,
-    acks: AtomicU64,
-}
-
-impl Calls {
-    fn snapshot(&self) -> (u64, u64) {
-        (
-            self.reads.load(Ordering::SeqCst),
-            self.acks.load(Ordering::SeqCst),
-        )
-    }
-}
-
-/// A memory broker that counts `read` and `ack` calls (for the untimed
-/// passes): each call is forwarded as is, with the inner future, so the
-/// count costs no allocation.
-#[derive(Clone, Debug)]
-struct Counted {
-    inner: MemoryBroker,
-    calls: Arc<Calls>,
-}
-
-/// The body of a counted call of [`Counted`]: counted under `calls.$count`,
-/// then passed on with the inner future.
-macro_rules! counted {
-    ($this:ident, [$count:ident] $method:ident($($param:ident),*)) => {{
-        $this.calls.$count.fetch_add(1, Ordering::Relaxed);
-        $this.inner.$method($($param),*)
-    }};
-}
-
-impl Broker for Counted {
-    broker_methods!(counted: read[reads], ack[acks]);
-
-    // Everything else passes through unchanged.
-    forward_broker!(
-        inner: name, check_mode, publish, publish_batch, ensure_group, set_group_position,
-        retry, dead_letter, redrive, discard, group_info, consumers, pending, dead_letters,
-        range, stream_info, trim,
-        extend_claim,
-    );
-}
-
 /// Publishes the `messages` payments to `broker`'s stream (not timed).
 async fn fill(broker: &dyn Broker, messages: u64) -> BenchResult<()> {
-    const CHUNK: u64 = 512;
-    let mut next = 0;
-    while next < messages {
-        let end = (next + CHUNK).min(messages);
-        let batch: Vec<Message> = (next..end).map(|i| Message::new(payload(i))).collect();
-        broker.publish_batch(STREAM, batch).await?;
-        next = end;
-    }
-    Ok(())
+    memory_loops::fill(broker, STREAM, messages, payload).await
 }
 
 /// A check that a run did what it should (so a fast figure is not a run
@@ -262,59 +205,6 @@ fn expect_count(what: &str, got: u64, want: u64) -> BenchResult<()> {
         Ok(())
     } else {
         Err(format!("benchmark check failed: {what}: {got}, expected {want}").into())
-    }
-}
-
-/// The on-CPU time of every thread of this process so far, from
-/// `/proc/self/task/*/schedstat` (Linux; nanoseconds, as the scheduler
-/// accounts it). `None` where that cannot be read. A running thread's
-/// figure is brought up to date only at the scheduler's tick or when it is
-/// switched out, so it can lag by a few milliseconds: see
-/// [`MIN_CPU_WINDOW`].
-fn cpu_time() -> Option<Duration> {
-    let mut total: u64 = 0;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let mut path = task.ok()?.path();
-        path.push("schedstat");
-        // A thread may end between listing and reading: skip it.
-        let Ok(stat) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(Duration::from_nanos(total))
-}
-
-/// How long a run took: wall-clock, and CPU time over all threads (which
-/// other processes on a shared machine do not inflate).
-#[derive(Clone, Copy, Debug)]
-struct Elapsed {
-    wall: Duration,
-    cpu: Option<Duration>,
-}
-
-/// Measures wall-clock and CPU time from its start.
-struct Stopwatch {
-    wall: Instant,
-    cpu: Option<Duration>,
-}
-
-impl Stopwatch {
-    fn start() -> Self {
-        let cpu = cpu_time();
-        Stopwatch {
-            wall: Instant::now(),
-            cpu,
-        }
-    }
-
-    fn elapsed(&self) -> Elapsed {
-        let wall = self.wall.elapsed();
-        let cpu = match (self.cpu, cpu_time()) {
-            (Some(before), Some(after)) if wall >= MIN_CPU_WINDOW => after.checked_sub(before),
-            _ => None,
-        };
-        Elapsed { wall, cpu }
     }
 }
 
@@ -339,16 +229,10 @@ async fn framework<B: Broker + Clone>(
             }
         });
     let running = app.start().await?;
-    if tokio::time::timeout(RUN_TIMEOUT, PROBE.done.notified())
+    PROBE
+        .wait(messages, RUN_TIMEOUT)
         .await
-        .is_err()
-    {
-        return Err(format!(
-            "framework handled {} of {messages} messages in {RUN_TIMEOUT:?}",
-            PROBE.handled.load(Ordering::SeqCst)
-        )
-        .into());
-    }
+        .map_err(|e| format!("framework: {e}"))?;
     // The last handler has run; its ack may still be on its way. The app
     // counts an entry as settled only once its ack call has returned (and
     // its `acked` counter is up to date, which the check below reads): wait
@@ -379,28 +263,9 @@ async fn framework<B: Broker + Clone>(
 /// batch; until `messages` are acked.
 async fn hand(broker: &dyn Broker, count: usize, messages: u64) -> BenchResult<Elapsed> {
     let start = Stopwatch::start();
-    broker
-        .ensure_group(STREAM, HAND_GROUP, StreamStart::Beginning)
-        .await?;
-    let mut ids: Vec<EntryId> = Vec::with_capacity(count);
-    let mut acked = 0;
-    while acked < messages {
-        let request = ReadRequest::new(STREAM, HAND_GROUP, HAND_CONSUMER, ReadMode::New, count);
-        let batch = broker.read(request).await?;
-        if batch.deliveries.is_empty() {
-            return Err(format!("hand loop: stream drained after {acked} messages").into());
-        }
-        ids.clear();
-        for delivery in &batch.deliveries {
-            // The framework's decode: the payload checked as UTF-8 once, then
-            // parsed as a str.
-            let text = std::str::from_utf8(delivery.entry.payload())?;
-            let payment: Payment = serde_json::from_str(text)?;
-            black_box(&payment);
-            ids.push(delivery.id());
-        }
-        acked += broker.ack(STREAM, HAND_GROUP, &ids).await?;
-    }
+    let acked =
+        memory_loops::hand_consume_as::<Payment>(broker, STREAM, HAND_GROUP, count, messages)
+            .await?;
     let info = broker.group_info(STREAM, HAND_GROUP).await?;
     let elapsed = start.elapsed();
     expect_count("hand loop acks", acked, messages)?;
