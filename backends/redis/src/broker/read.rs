@@ -161,8 +161,12 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
     let keys = GroupKeys::new(req.stream, req.group);
     let max = req.max_deliveries.unwrap_or(0);
     // One round trip of plain commands: the server's clock, the first
-    // owed entry's due time, the wake stream's last id (where a blocking
-    // wait starts), and the read itself.
+    // owed entry's due time, the wake stream's and the stream's last ids
+    // (where a blocking wait starts), and the read itself. The stream's
+    // last id is asked for before the read: if the read finds nothing,
+    // the group has read past it, and anything appended later (after the
+    // read or in between, which the read would have returned) is after it,
+    // so a wait from there misses nothing.
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     pipe.cmd("TIME");
@@ -177,6 +181,12 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
         .arg("-")
         .arg("COUNT")
         .arg(1);
+    pipe.cmd("XREVRANGE")
+        .arg(req.stream)
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1);
     pipe.cmd("XREADGROUP")
         .arg("GROUP")
         .arg(req.group)
@@ -187,15 +197,16 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
         .arg(req.stream)
         .arg(">");
     let replies: Vec<Result<Value, RedisError>> = broker.pipeline(&pipe, scope).await?;
-    let [time, first_due, wake, new] = <[_; 4]>::try_from(replies).map_err(|_| {
+    let [time, first_due, wake, last, new] = <[_; 5]>::try_from(replies).map_err(|_| {
         scope.bad_reply(BadReply(
-            "a four-command pipeline did not answer four times".to_owned(),
+            "a five-command pipeline did not answer five times".to_owned(),
         ))
     })?;
     let new = new.map_err(|e| scope.error(&e))?;
     let time = time.map_err(|e| scope.error(&e))?;
     let first_due = first_due.map_err(|e| scope.error(&e))?;
     let wake = wake.map_err(|e| scope.error(&e))?;
+    let last = last.map_err(|e| scope.error(&e))?;
     let now_ms =
         codec::server_time_ms(&time).ok_or_else(|| scope.bad_reply(codec::bad("TIME", &time)))?;
     let next_due_ms = codec::array(&first_due)
@@ -203,17 +214,19 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
         .and_then(codec::text)
         .and_then(|t| t.parse::<f64>().ok())
         .map(|due| due as u64);
+    let last_id = |reply: &Value| {
+        codec::array(reply)
+            .first()
+            .and_then(|e| codec::array(e).first())
+            .and_then(codec::text)
+            .unwrap_or("0-0")
+            .to_owned()
+    };
     let mut read = ScriptRead {
         now_ms,
         next_due_ms,
-        wake_last: Some(
-            codec::array(&wake)
-                .first()
-                .and_then(|e| codec::array(e).first())
-                .and_then(codec::text)
-                .unwrap_or("0-0")
-                .to_owned(),
-        ),
+        wake_last: Some(last_id(&wake)),
+        stream_last: Some(last_id(&last)),
         ..ScriptRead::default()
     };
     if next_due_ms.is_some_and(|due| due <= now_ms) {
