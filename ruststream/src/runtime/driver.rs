@@ -167,8 +167,17 @@ where
             }
             let stop_now = !self.stopping && shutdown_asked(&mut self.peek);
             let lanes = &self.lanes;
+            let was_reading = self.reader.reading();
             self.reader
                 .maybe_read(self.stopping || stop_now, self.held, || lanes.holding());
+            if !was_reading
+                && self.reader.reading()
+                && std::future::poll_fn(|cx| Poll::Ready(self.reader.send(cx))).await
+            {
+                // The read is on its way: let the client send it before the
+                // handlers run, so reading overlaps handling.
+                tokio::task::yield_now().await;
+            }
             let wake = if stop_now {
                 Wake::Stop
             } else {

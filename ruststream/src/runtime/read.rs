@@ -93,6 +93,9 @@ pub(super) struct Reader<'a> {
     asked: usize,
     /// The read in flight.
     read: Option<BrokerFuture<'a, ReadBatch>>,
+    /// What the read in flight returned when [`Reader::send`] polled it,
+    /// kept for [`Reader::poll`].
+    returned: Option<BrokerResult<ReadBatch>>,
     backoff: Backoff,
     backing_off: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Armed while the read-ahead is full of decisions not yet confirmed by
@@ -129,6 +132,7 @@ impl<'a> Reader<'a> {
             window: ReadWindow::new(env.subscription.first_read(), env.subscription.read_ahead()),
             asked: 0,
             read: None,
+            returned: None,
             backoff: Backoff::new(),
             backing_off: None,
             room: None,
@@ -154,6 +158,7 @@ impl<'a> Reader<'a> {
         holding: impl FnOnce() -> Vec<EntryId>,
     ) {
         let may_read = self.read.is_none()
+            && self.returned.is_none()
             && self.looking.is_none()
             && !stopping
             && self.backing_off.is_none();
@@ -227,9 +232,40 @@ impl<'a> Reader<'a> {
         self.read = Some(env.broker.read(request));
     }
 
+    /// Whether a read is in flight.
+    #[inline]
+    pub(super) fn reading(&self) -> bool {
+        self.read.is_some()
+    }
+
+    /// Polls the read in flight once, so that its request goes out before
+    /// the handlers of this wake run (a broker's client sends on the first
+    /// poll); what it returns at once is kept for [`Reader::poll`]. True
+    /// while the read is still on its way: the task should yield once, so
+    /// that a client that writes from a task of its own (redis-rs) sends
+    /// it now, and the broker reads the next batch while the handlers work
+    /// on this one.
+    #[inline]
+    pub(super) fn send(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(read) = self.read.as_mut() else {
+            return false;
+        };
+        match read.as_mut().poll(cx) {
+            Poll::Ready(result) => {
+                self.read = None;
+                self.returned = Some(result);
+                false
+            }
+            Poll::Pending => true,
+        }
+    }
+
     /// Polls the read in flight, the backoff and the settler's signal.
     #[inline]
     pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<ReadWake> {
+        if let Some(result) = self.returned.take() {
+            return Poll::Ready(ReadWake::Read(result));
+        }
         if let Some(read) = self.read.as_mut()
             && let Poll::Ready(result) = read.as_mut().poll(cx)
         {
@@ -373,6 +409,7 @@ impl<'a> Reader<'a> {
     /// Stops reading: a blocking read in flight is abandoned.
     pub(super) fn stop(&mut self) {
         self.read = None;
+        self.returned = None;
         self.looking = None;
         self.twin.state = TwinLook::Off;
         self.backing_off = None;
