@@ -836,10 +836,8 @@ impl Persistence for Store {
             .check()
             .and_then(|()| self.write_changes(changes));
         let result = match written {
-            Ok(()) => {
-                let touched = std::mem::take(&mut self.touched);
-                Ok(self.syncer.register(touched))
-            }
+            // Drained, not taken: the buffer is reused by the next call.
+            Ok(()) => Ok(self.syncer.register(self.touched.drain(..))),
             Err(error) => {
                 self.touched.clear();
                 // A stopped store takes no more calls: nothing to take back
