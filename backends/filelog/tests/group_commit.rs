@@ -70,9 +70,10 @@ async fn on_a_current_thread_runtime_the_leader_gathers_the_publishers_without_a
     // No timer was waited on: the paused clock did not move.
     assert_eq!(tokio::time::Instant::now(), before);
     let syncs = b.syncs();
-    // After the first sync, the 8 share each sync: about 11 in all.
+    // After the first sync, the 8 share each sync: 11 in all (without
+    // the leader's wait, two groups of about 4 take turns: about 20).
     assert!(
-        syncs <= published / 4,
+        syncs <= published / 8 + 3,
         "{syncs} syncs for {published} publishes from 8 publishers"
     );
     drop(b);
