@@ -34,7 +34,9 @@
 //!
 //! - **Durability.** With [`SyncPolicy::EveryPublish`] (the default) a
 //!   publish returns only after `fsync`; concurrent publishes share one
-//!   (group commit). [`SyncPolicy::Interval`] acknowledges after the write
+//!   (group commit, whose leader waits a little for the publishers the
+//!   last sync released: see [`SyncPolicy::EveryPublish`]).
+//!   [`SyncPolicy::Interval`] acknowledges after the write
 //!   and syncs periodically: nothing is lost to a process crash, but a
 //!   power failure can lose that interval. Group state is written before
 //!   each call returns, so a process crash loses none of it; it is synced

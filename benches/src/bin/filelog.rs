@@ -50,7 +50,9 @@
 //! 5.5+): this counts the cache flushes `fdatasync` caused for the broker,
 //! whose own sync calls are not visible from outside. The raw rows also
 //! count their `fdatasync` calls exactly. Other processes writing to the
-//! same disk add to the flush count.
+//! same disk add to the flush count. "msg/flush" (the framework's messages
+//! per device flush) shows how well group commit fills each sync: at most
+//! P for P publishers of one message each.
 //!
 //! Publish figures are the median of `--reps` runs (default 3) of
 //! `--seconds` each (default 2), framework and baseline interleaved, each
@@ -709,12 +711,13 @@ fn opt(value: Option<f64>) -> String {
 
 fn print_publish_header() {
     println!(
-        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>10} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5} | {:>11} | {:>7} |",
+        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>10} | {:>9} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5} | {:>11} | {:>7} |",
         "policy",
         "pubs",
         "batch",
         "fw msg/s",
         "fw flush/s",
+        "msg/flush",
         "baseline",
         "raw msg/s",
         "raw sync/s",
@@ -724,8 +727,8 @@ fn print_publish_header() {
         "of ceil"
     );
     println!(
-        "|{:-<15}|{:->6}|{:->7}|{:->13}|{:->12}|{:-<27}|{:->13}|{:->12}|{:->13}|{:->7}|{:->13}|{:->9}|",
-        ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":"
+        "|{:-<15}|{:->6}|{:->7}|{:->13}|{:->12}|{:->11}|{:-<27}|{:->13}|{:->12}|{:->13}|{:->7}|{:->13}|{:->9}|",
+        ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":"
     );
 }
 
@@ -737,12 +740,18 @@ fn print_publish_row(row: &PublishRow) {
         None => ("-".to_owned(), "-".to_owned()),
     };
     println!(
-        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>10} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5.2} | {:>11} | {:>7} |",
+        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>10} | {:>9} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5.2} | {:>11} | {:>7} |",
         row.policy,
         row.publishers,
         row.batch,
         thousands(fw),
         opt(PublishRow::median_of(&row.framework, |r| r.per_second(r.flushes))),
+        PublishRow::median_of(&row.framework, |r| r
+            .flushes
+            .filter(|&f| f > 0)
+            .map(|f| r.messages as f64 / f as f64))
+        .map(|m| format!("{m:.1}"))
+        .unwrap_or_else(|| "n/a".to_owned()),
         row.baseline,
         thousands(raw),
         opt(PublishRow::median_of(&row.raw, |r| r.per_second(r.syncs))),
