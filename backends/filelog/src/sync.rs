@@ -224,7 +224,7 @@ impl Syncer {
             if state.synced >= ticket {
                 return Ok(());
             }
-            state.delay.join(ticket);
+            state.delay.join(ticket, Instant::now());
             waiter.counted = true;
             if state.gathering && state.delay.gathered() {
                 self.gathered.notify_one();
@@ -287,9 +287,9 @@ impl Syncer {
             turn.sync_in_place(delay);
             return;
         }
-        if delay.is_some() {
-            self.gather_yielding().await;
-        }
+        // Yields cost no time: a current-thread leader gathers whatever
+        // the commit delay would allow.
+        self.gather_yielding().await;
         let Some(target) = turn.start() else {
             return;
         };
