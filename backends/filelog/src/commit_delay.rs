@@ -32,7 +32,8 @@ const SLACK: u32 = 2;
 /// an acknowledgement wait longer than this for company).
 const MAX_DELAY: Duration = Duration::from_millis(2);
 
-/// Weight of the newest sample in the average sync duration, as `1 / n`.
+/// Weight of the newest sample in the running averages (a sync's
+/// duration, the interval between waiters), as `1 / n`.
 const AVERAGE_OVER: u32 = 8;
 
 /// What group commit knows of its waiters and syncs (kept under the
