@@ -150,13 +150,18 @@ mod tests {
 
     const SYNC: Duration = Duration::from_micros(400);
 
+    /// Waiters for `tickets` join, 10 us apart.
+    fn join_all(delay: &mut CommitDelay, tickets: std::ops::RangeInclusive<u64>) {
+        for ticket in tickets {
+            delay.join(ticket, at(ticket));
+        }
+    }
+
     /// A sync of everything written up to `target`, `joined` waiters
     /// arriving while it runs (tickets after `target`).
     fn sync(delay: &mut CommitDelay, target: u64, joined: u64) {
         delay.start(target);
-        for ticket in target + 1..=target + joined {
-            delay.join(ticket, at(ticket));
-        }
+        join_all(delay, target + 1..=target + joined);
         delay.finish(SYNC);
     }
 
@@ -190,20 +195,14 @@ mod tests {
     #[test]
     fn the_expectation_follows_the_waiters_that_come() {
         let mut delay = CommitDelay::default();
-        for ticket in 1..=16 {
-            delay.join(ticket, at(ticket));
-        }
+        join_all(&mut delay, 1..=16);
         sync(&mut delay, 16, 0);
         // Only 4 come back: the leader waits (the delay runs out), and the
         // sync after expects 4.
-        for ticket in 17..=20 {
-            delay.join(ticket, at(ticket));
-        }
+        join_all(&mut delay, 17..=20);
         assert!(delay.delay().is_some());
         sync(&mut delay, 20, 0);
-        for ticket in 21..=24 {
-            delay.join(ticket, at(ticket));
-        }
+        join_all(&mut delay, 21..=24);
         assert_eq!(delay.delay(), None);
     }
 
@@ -223,9 +222,7 @@ mod tests {
     #[test]
     fn the_leader_waits_only_for_waiters_that_come_back_within_a_sync() {
         let mut delay = CommitDelay::default();
-        for ticket in 1..=16 {
-            delay.join(ticket, at(ticket));
-        }
+        join_all(&mut delay, 1..=16);
         sync(&mut delay, 16, 0);
         delay.join(17, at(17));
         // 15 missing, 10 us apart: 150 us, under a sync of 400 us. The
