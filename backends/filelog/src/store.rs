@@ -377,33 +377,29 @@ impl Store {
         Ok(())
     }
 
-    /// The stream's files, its directory created if new.
-    fn stream_files<'s>(
-        streams: &'s mut HashMap<String, StreamFiles>,
+    /// Creates a new stream's directory and its (empty) files.
+    fn create_stream_files(
+        streams: &mut HashMap<String, StreamFiles>,
         dir: &Path,
         syncer: &Syncer,
         created: &mut Vec<String>,
         stream: &str,
-    ) -> BrokerResult<&'s mut StreamFiles> {
-        if !streams.contains_key(stream) {
-            let streams_dir = dir.join("streams");
-            let dir = streams_dir.join(stream_dir_name(stream));
-            create_private_dir(&dir)?;
-            fsync_dir(syncer, &streams_dir)?;
-            created.push(stream.to_owned());
-            streams.insert(
-                stream.to_owned(),
-                StreamFiles {
-                    dir,
-                    segments: Vec::new(),
-                    active: None,
-                    trims: Trims::default(),
-                },
-            );
-        }
-        streams
-            .get_mut(stream)
-            .ok_or_else(|| BrokerError::InvalidArgument(format!("stream {stream:?} vanished")))
+    ) -> BrokerResult<()> {
+        let streams_dir = dir.join("streams");
+        let dir = streams_dir.join(stream_dir_name(stream));
+        create_private_dir(&dir)?;
+        fsync_dir(syncer, &streams_dir)?;
+        created.push(stream.to_owned());
+        streams.insert(
+            stream.to_owned(),
+            StreamFiles {
+                dir,
+                segments: Vec::new(),
+                active: None,
+                trims: Trims::default(),
+            },
+        );
+        Ok(())
     }
 
     /// Writes one run of a stream's entries, rolling to a new segment when
@@ -411,13 +407,22 @@ impl Store {
     fn append_run(&mut self, changes: &[Change], run: &Run) -> BrokerResult<()> {
         let stream = change_stream(&changes[run.change]);
         let limit = self.options.segment_bytes;
-        let files = Self::stream_files(
-            &mut self.streams,
-            &self.dir,
-            &self.syncer,
-            &mut self.created_streams,
-            stream,
-        )?;
+        // One lookup for a stream that has files (the usual case).
+        let files = match self.streams.get_mut(stream) {
+            Some(files) => files,
+            None => {
+                Self::create_stream_files(
+                    &mut self.streams,
+                    &self.dir,
+                    &self.syncer,
+                    &mut self.created_streams,
+                    stream,
+                )?;
+                self.streams.get_mut(stream).ok_or_else(|| {
+                    BrokerError::InvalidArgument(format!("stream {stream:?} vanished"))
+                })?
+            }
+        };
         let segments = files.segments.len();
         let last_segment = files.segments.last().map(|s| (s.bytes, s.last));
         let active = files.active.clone();
@@ -836,10 +841,8 @@ impl Persistence for Store {
             .check()
             .and_then(|()| self.write_changes(changes));
         let result = match written {
-            Ok(()) => {
-                let touched = std::mem::take(&mut self.touched);
-                Ok(self.syncer.register(touched))
-            }
+            // Drained, not taken: the buffer is reused by the next call.
+            Ok(()) => Ok(self.syncer.register(self.touched.drain(..))),
             Err(error) => {
                 self.touched.clear();
                 // A stopped store takes no more calls: nothing to take back

@@ -1,18 +1,21 @@
 //! Group commit and fail-stop: writers register the files they wrote;
-//! whoever waits for durability first syncs every file written so far, and
+//! whoever waits for durability first leads the next sync: it waits (a
+//! bounded, adaptive commit delay, see [`crate::commit_delay`]) for the
+//! waiters it expects to join, then syncs every file written so far, and
 //! everyone whose writes that covered is released by the same sync. The
 //! first failed fsync stops the store for good.
 
 use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use ruststream_core::{BrokerError, BrokerFuture, BrokerResult};
 use ruststream_local::Durability;
 use tokio::sync::Notify;
 
+use crate::commit_delay::CommitDelay;
 use crate::options::SyncPolicy;
 
 /// The error of every call once the store has stopped.
@@ -28,10 +31,15 @@ pub(crate) fn failed(detail: String) -> BrokerError {
 pub(crate) struct Syncer {
     state: Mutex<SyncState>,
     synced_now: Notify,
+    /// Wakes a leader waiting for waiters to join its sync, once they have
+    /// (or the store stopped).
+    gathered: Condvar,
     policy: SyncPolicy,
     /// Set once the store has stopped: checked on every call without the
     /// lock.
     stopped: AtomicBool,
+    /// Syncs finished (for tests).
+    syncs: AtomicU64,
     /// Failures tests inject.
     pub(crate) failpoints: Failpoints,
 }
@@ -42,10 +50,14 @@ struct SyncState {
     written: u64,
     /// Every write up to this ticket is durable.
     synced: u64,
-    /// A sync is running.
+    /// A sync is running, or its leader is waiting for waiters to join.
     syncing: bool,
+    /// The leader is waiting on [`Syncer::gathered`].
+    gathering: bool,
     /// Files written since the last sync started.
     dirty: Vec<Arc<File>>,
+    /// Who waits, and how long a leader waits for them.
+    delay: CommitDelay,
     /// Why the store stopped, once it has.
     failure: Option<String>,
 }
@@ -55,8 +67,10 @@ impl Syncer {
         let syncer = Arc::new(Syncer {
             state: Mutex::new(SyncState::default()),
             synced_now: Notify::new(),
+            gathered: Condvar::new(),
             policy,
             stopped: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
             failpoints: Failpoints::default(),
         });
         let period = match policy {
@@ -97,8 +111,10 @@ impl Syncer {
                 "the file log has stopped: every call fails until the process restarts"
             );
         }
-        // Waiters whose writes were not synced fail now.
+        // Waiters whose writes were not synced fail now, and a leader
+        // waiting for company stops waiting.
         self.synced_now.notify_waiters();
+        self.gathered.notify_all();
         failed(detail)
     }
 
@@ -144,12 +160,30 @@ impl Syncer {
     /// Takes the files to sync and the ticket that sync will cover.
     fn start_sync(state: &mut SyncState) -> (Vec<Arc<File>>, u64) {
         state.syncing = true;
+        state.delay.start(state.written);
         (std::mem::take(&mut state.dirty), state.written)
     }
 
-    fn finish_sync(&self, target: u64, result: std::io::Result<()>) {
+    /// Syncs `files` (or fails as a test asked), timed.
+    fn run_sync(&self, files: &[Arc<File>]) -> (std::io::Result<()>, Duration) {
+        let started = Instant::now();
+        let result = match self.failpoints.fsync_error(files) {
+            Some(error) => Err(error),
+            None => sync_files(files),
+        };
+        (result, started.elapsed())
+    }
+
+    /// How many syncs have finished.
+    pub(crate) fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    fn finish_sync(&self, target: u64, result: std::io::Result<()>, took: Duration) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
         let mut state = self.lock();
         state.syncing = false;
+        state.delay.finish(took);
         match result {
             Ok(()) => {
                 state.synced = state.synced.max(target);
@@ -173,25 +207,40 @@ impl Syncer {
             }
             Self::start_sync(&mut state)
         };
-        let result = match self.failpoints.fsync_error(&files) {
-            Some(error) => Err(error),
-            None => sync_files(&files),
-        };
-        self.finish_sync(target, result);
+        let (result, took) = self.run_sync(&files);
+        self.finish_sync(target, result, took);
     }
 
-    /// Resolves once every write up to `ticket` is durable, syncing if no
-    /// one else is; fails if a sync failed first.
+    /// Resolves once every write up to `ticket` is durable, leading a sync
+    /// if no one else is; fails if a sync failed first.
     pub(crate) async fn wait_for(&self, ticket: u64) -> BrokerResult<()> {
+        let mut waiter = Waiter {
+            syncer: self,
+            ticket,
+            counted: false,
+        };
+        {
+            let mut state = self.lock();
+            if state.synced >= ticket {
+                return Ok(());
+            }
+            state.delay.join(ticket, Instant::now());
+            waiter.counted = true;
+            if state.gathering && state.delay.gathered() {
+                self.gathered.notify_one();
+            }
+        }
         loop {
             let notified = self.synced_now.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let job = {
+            let lead = {
                 let mut state = self.lock();
                 // Durable before the failure: acknowledged, so a producer
                 // does not publish it again.
                 if state.synced >= ticket {
+                    // Covered by a sync that started: counted there.
+                    waiter.counted = false;
                     return Ok(());
                 }
                 if let Some(reason) = &state.failure {
@@ -200,34 +249,182 @@ impl Syncer {
                 if state.syncing {
                     None
                 } else {
-                    Some(Self::start_sync(&mut state))
+                    state.syncing = true;
+                    Some(state.delay.delay())
                 }
             };
-            match job {
-                Some((files, target)) => {
-                    let result = match self.failpoints.fsync_error(&files) {
-                        Some(error) => Err(error),
-                        None => sync_off_the_executor(files).await,
-                    };
-                    self.finish_sync(target, result);
-                }
+            match lead {
+                Some(delay) => self.lead(delay).await,
                 None => notified.await,
+            }
+        }
+    }
+
+    /// Leads one sync (the caller has set `syncing`): waits up to `delay`
+    /// for the waiters expected to join, then syncs everything written.
+    /// On a multi-thread runtime all of it runs in place
+    /// ([`tokio::task::block_in_place`], measured faster than a hop to the
+    /// blocking pool, and precise to the microsecond where tokio's timers
+    /// are not); on a current-thread one the leader yields to let the
+    /// others join, for as long as some do (no timer: a paused clock is
+    /// never waited on), and the fsync runs on the blocking pool.
+    async fn lead(&self, delay: Option<Duration>) {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let mut turn = Turn {
+            syncer: self,
+            files: Vec::new(),
+            finished: false,
+        };
+        let in_place = match Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| turn.sync_in_place(delay));
+                return;
+            }
+            Ok(_) => false,
+            Err(_) => true,
+        };
+        if in_place {
+            turn.sync_in_place(delay);
+            return;
+        }
+        // Yields cost no time: a current-thread leader gathers whatever
+        // the commit delay would allow.
+        self.gather_yielding().await;
+        let Some(target) = turn.start() else {
+            return;
+        };
+        if let Some(error) = self.failpoints.fsync_error(&turn.files) {
+            turn.finish(target, Err(error), Duration::ZERO);
+            return;
+        }
+        // The turn keeps the files until the sync is done: dropped before
+        // that, it hands them back to be synced by the next leader.
+        let files = turn.files.clone();
+        let synced = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let result = sync_files(&files);
+            (result, started.elapsed())
+        })
+        .await;
+        if let Ok((result, took)) = synced {
+            turn.finish(target, result, took);
+        }
+    }
+
+    /// A current-thread leader's wait for company: it yields while the
+    /// waiters it expects have not all joined and the last yield brought
+    /// one.
+    async fn gather_yielding(&self) {
+        loop {
+            let seen = {
+                let state = self.lock();
+                if state.delay.gathered() || state.failure.is_some() {
+                    return;
+                }
+                state.delay.joined()
+            };
+            tokio::task::yield_now().await;
+            if self.lock().delay.joined() == seen {
+                return;
             }
         }
     }
 }
 
-/// Runs the fsyncs without stalling other tasks: in place on a
-/// multi-thread runtime (measured faster than a hop to the blocking pool),
-/// on the blocking pool on a current-thread one.
-async fn sync_off_the_executor(files: Vec<Arc<File>>) -> std::io::Result<()> {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
-        return tokio::task::block_in_place(|| sync_files(&files));
+/// A waiter of [`Syncer::wait_for`] that stops waiting (its future dropped)
+/// before its sync started is no longer expected by the next leader.
+struct Waiter<'a> {
+    syncer: &'a Syncer,
+    ticket: u64,
+    counted: bool,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            self.syncer.lock().delay.leave(self.ticket);
+        }
     }
-    match tokio::task::spawn_blocking(move || sync_files(&files)).await {
-        Ok(result) => result,
-        Err(e) => Err(std::io::Error::other(e.to_string())),
+}
+
+/// A leader's turn: while it lasts no one else syncs. Ended before its sync
+/// finished (its future dropped, or the store stopped while it waited for
+/// company), it hands back the files it took and wakes the waiters, so that
+/// another one leads.
+struct Turn<'a> {
+    syncer: &'a Syncer,
+    files: Vec<Arc<File>>,
+    finished: bool,
+}
+
+impl Turn<'_> {
+    /// Waits (blocking) up to `delay` for the expected waiters, then syncs.
+    fn sync_in_place(&mut self, delay: Option<Duration>) {
+        if let Some(delay) = delay {
+            self.gather_blocking(delay);
+        }
+        let Some(target) = self.start() else {
+            return;
+        };
+        let (result, took) = self.syncer.run_sync(&self.files);
+        self.finish(target, result, took);
+    }
+
+    /// Waits until the expected waiters have joined, for at most `delay`.
+    fn gather_blocking(&self, delay: Duration) {
+        let syncer = self.syncer;
+        let until = Instant::now() + delay;
+        let mut state = syncer.lock();
+        state.gathering = true;
+        while !state.delay.gathered() && state.failure.is_none() {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            state = syncer
+                .gathered
+                .wait_timeout(state, until - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        state.gathering = false;
+    }
+
+    /// Takes the files to sync and returns the ticket the sync covers, or
+    /// `None` if the store has stopped (the turn then ends unsynced).
+    fn start(&mut self) -> Option<u64> {
+        let mut state = self.syncer.lock();
+        if state.failure.is_some() {
+            return None;
+        }
+        let (files, target) = Syncer::start_sync(&mut state);
+        self.files = files;
+        Some(target)
+    }
+
+    /// The sync ran: releases whom it covered (or stops the store).
+    fn finish(&mut self, target: u64, result: std::io::Result<()>, took: Duration) {
+        self.finished = true;
+        self.files.clear();
+        self.syncer.finish_sync(target, result, took);
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut state = self.syncer.lock();
+        state.syncing = false;
+        state.gathering = false;
+        for file in self.files.drain(..) {
+            if !state.dirty.iter().any(|f| Arc::ptr_eq(f, &file)) {
+                state.dirty.push(file);
+            }
+        }
+        drop(state);
+        self.syncer.synced_now.notify_waiters();
     }
 }
 
@@ -255,12 +452,28 @@ impl Durability for Syncer {
     fn wait(&self, ticket: u64) -> BrokerFuture<'_, ()> {
         match self.policy {
             SyncPolicy::EveryPublish => Box::pin(self.wait_for(ticket)),
-            SyncPolicy::Interval(_) => Box::pin(std::future::ready(Ok(()))),
+            SyncPolicy::Interval(_) => Box::pin(Acknowledged),
         }
     }
 
     fn failure(&self) -> Option<String> {
         Syncer::failure(self)
+    }
+}
+
+/// What [`SyncPolicy::Interval`] waits for: nothing. Boxing it allocates
+/// nothing, as it has no size (a `std::future::ready` would be boxed on
+/// every publish).
+struct Acknowledged;
+
+impl std::future::Future for Acknowledged {
+    type Output = BrokerResult<()>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::task::Poll::Ready(Ok(()))
     }
 }
 

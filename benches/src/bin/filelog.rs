@@ -18,6 +18,12 @@
 //!    leader first waits up to 100 us for all 16 writers to have written
 //!    is measured too (one line under the table): it shows what a smarter
 //!    group commit would gain here.
+//!    The rows of single messages from 1 and 16 publishers also give their
+//!    *ceiling* (issue 15): P publishers with one message in flight each
+//!    have at most P messages per fsync, so at most P × the fsyncs per
+//!    second of the naive loop, measured in half-length runs just before
+//!    and just after each framework run (the disk's rate drifts when other
+//!    processes use it); "of ceil" is the median of each run's share.
 //! 2. **Publish with `SyncPolicy::Interval(10 ms)`**, 1 and 16 publishers
 //!    (and 16 × batches of 16), beside raw appends with no sync in the
 //!    write path and a thread that calls `fdatasync` every 10 ms.
@@ -44,7 +50,9 @@
 //! 5.5+): this counts the cache flushes `fdatasync` caused for the broker,
 //! whose own sync calls are not visible from outside. The raw rows also
 //! count their `fdatasync` calls exactly. Other processes writing to the
-//! same disk add to the flush count.
+//! same disk add to the flush count. "msg/flush" (the framework's messages
+//! per device flush) shows how well group commit fills each sync: at most
+//! P for P publishers of one message each.
 //!
 //! Publish figures are the median of `--reps` runs (default 3) of
 //! `--seconds` each (default 2), framework and baseline interleaved, each
@@ -80,7 +88,11 @@
 //! filelog --only publish --publishers 16 --batch 1 --seconds 3
 //! filelog --only interval --publishers 1 --seconds 2
 //! filelog --only raw --publishers 16 --gather-us 100
+//! filelog --only table --reps 5
 //! ```
+//!
+//! `table` prints sections 1 and 2 alone (the publish rows and their
+//! targets).
 
 use std::error::Error;
 use std::fs::{self, File, OpenOptions};
@@ -137,6 +149,8 @@ enum Only {
     ConsumeEngine,
     Raw,
     Reopen,
+    /// The publish table (sections 1 and 2) alone.
+    Table,
 }
 
 #[derive(Clone, Debug)]
@@ -180,10 +194,11 @@ fn parse_options() -> BenchResult<Options> {
                     "consume-engine" => Only::ConsumeEngine,
                     "raw" => Only::Raw,
                     "reopen" => Only::Reopen,
+                    "table" => Only::Table,
                     other => {
                         return Err(format!(
-                            "--only {other}: expected publish, interval, consume, consume-engine, raw \
-                             or reopen"
+                            "--only {other}: expected publish, interval, consume, consume-engine, raw, \
+                             reopen or table"
                         )
                         .into());
                     }
@@ -192,8 +207,8 @@ fn parse_options() -> BenchResult<Options> {
             "--help" | "-h" => {
                 println!(
                     "filelog [--entries N] [--seconds S] [--reps R] \
-                     [--only publish|interval|consume|consume-engine|raw|reopen [--publishers P] [--batch B] \
-                     [--gather-us U]]"
+                     [--only publish|interval|consume|consume-engine|raw|reopen|table [--publishers P] \
+                     [--batch B] [--gather-us U]]"
                 );
                 std::process::exit(0);
             }
@@ -384,6 +399,17 @@ impl PublishRun {
 
     fn per_second(&self, count: Option<u64>) -> Option<f64> {
         count.map(|c| c as f64 / self.elapsed.as_secs_f64())
+    }
+
+    /// This run and `other` as one.
+    fn and(self, other: PublishRun) -> PublishRun {
+        let sum = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| a + b);
+        PublishRun {
+            messages: self.messages + other.messages,
+            elapsed: self.elapsed + other.elapsed,
+            syncs: sum(self.syncs, other.syncs),
+            flushes: sum(self.flushes, other.flushes),
+        }
     }
 }
 
@@ -638,6 +664,9 @@ struct PublishRow {
     baseline: &'static str,
     framework: Vec<PublishRun>,
     raw: Vec<PublishRun>,
+    /// Durable rows of single messages: the naive append+fdatasync loop,
+    /// run beside each framework run, for the ceiling of that run.
+    naive: Vec<PublishRun>,
 }
 
 impl PublishRow {
@@ -647,6 +676,27 @@ impl PublishRow {
 
     fn raw_rate(&self) -> f64 {
         median(self.raw.iter().map(PublishRun::rate).collect())
+    }
+
+    /// The ceiling of each run: `publishers` messages per fsync at the
+    /// rate the naive loop beside it synced (the most `publishers`
+    /// publishers with one message in flight each can reach), and the
+    /// framework's median share of it.
+    fn ceiling(&self) -> Option<(f64, f64)> {
+        let per_run: Option<Vec<(f64, f64)>> = self
+            .framework
+            .iter()
+            .zip(&self.naive)
+            .map(|(fw, naive)| {
+                let ceiling = naive.per_second(naive.syncs)? * self.publishers as f64;
+                Some((ceiling, fw.rate() / ceiling))
+            })
+            .collect();
+        let per_run = per_run.filter(|runs| !runs.is_empty())?;
+        Some((
+            median(per_run.iter().map(|r| r.0).collect()),
+            median(per_run.iter().map(|r| r.1).collect()),
+        ))
     }
 
     fn median_of(runs: &[PublishRun], f: impl Fn(&PublishRun) -> Option<f64>) -> Option<f64> {
@@ -661,39 +711,54 @@ fn opt(value: Option<f64>) -> String {
 
 fn print_publish_header() {
     println!(
-        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>10} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5} |",
+        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>10} | {:>9} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5} | {:>11} | {:>7} |",
         "policy",
         "pubs",
         "batch",
         "fw msg/s",
         "fw flush/s",
+        "msg/flush",
         "baseline",
         "raw msg/s",
         "raw sync/s",
         "raw flush/s",
-        "ratio"
+        "ratio",
+        "ceiling",
+        "of ceil"
     );
     println!(
-        "|{:-<15}|{:->6}|{:->7}|{:->13}|{:->12}|{:-<27}|{:->13}|{:->12}|{:->13}|{:->7}|",
-        ":", ":", ":", ":", ":", ":", ":", ":", ":", ":"
+        "|{:-<15}|{:->6}|{:->7}|{:->13}|{:->12}|{:->11}|{:-<27}|{:->13}|{:->12}|{:->13}|{:->7}|{:->13}|{:->9}|",
+        ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":"
     );
 }
 
 fn print_publish_row(row: &PublishRow) {
     let fw = row.framework_rate();
     let raw = row.raw_rate();
+    let (ceiling, share) = match row.ceiling() {
+        Some((ceiling, share)) => (thousands(ceiling), format!("{share:.2}")),
+        None => ("-".to_owned(), "-".to_owned()),
+    };
     println!(
-        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>10} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5.2} |",
+        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>10} | {:>9} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5.2} | {:>11} | {:>7} |",
         row.policy,
         row.publishers,
         row.batch,
         thousands(fw),
         opt(PublishRow::median_of(&row.framework, |r| r.per_second(r.flushes))),
+        PublishRow::median_of(&row.framework, |r| r
+            .flushes
+            .filter(|&f| f > 0)
+            .map(|f| r.messages as f64 / f as f64))
+        .map(|m| format!("{m:.1}"))
+        .unwrap_or_else(|| "n/a".to_owned()),
         row.baseline,
         thousands(raw),
         opt(PublishRow::median_of(&row.raw, |r| r.per_second(r.syncs))),
         opt(PublishRow::median_of(&row.raw, |r| r.per_second(r.flushes))),
         fw / raw,
+        ceiling,
+        share,
     );
 }
 
@@ -717,12 +782,25 @@ fn measure_publish(
         baseline,
         framework: Vec::new(),
         raw: Vec::new(),
+        naive: Vec::new(),
     };
+    // Single durable messages from up to 16 publishers get a ceiling: the
+    // naive loop's fsync rate (that loop is the baseline itself for one
+    // publisher). More publishers than that fill an fsync anyway.
+    let ceiling = sync == SyncPolicy::EveryPublish && batch == 1 && publishers <= 16;
     // A short warm-up of each side.
     let warm = Duration::from_millis(200);
     framework_publish(runtime, sync, publishers, batch, warm)?;
     raw_publish(sync, publishers, batch, warm, None)?;
+    // The disk's fsync rate drifts within seconds when others use it: the
+    // ceiling of a multi-publisher run is measured by half-length naive
+    // runs just before and just after it.
+    let bracket = ceiling && publishers > 1;
+    let half = options.run / 2;
     for _ in 0..options.reps {
+        let before = bracket
+            .then(|| raw_publish(sync, 1, 1, half, None))
+            .transpose()?;
         row.framework.push(framework_publish(
             runtime,
             sync,
@@ -730,8 +808,15 @@ fn measure_publish(
             batch,
             options.run,
         )?);
-        row.raw
-            .push(raw_publish(sync, publishers, batch, options.run, None)?);
+        if let Some(before) = before {
+            row.naive
+                .push(before.and(raw_publish(sync, 1, 1, half, None)?));
+        }
+        let raw = raw_publish(sync, publishers, batch, options.run, None)?;
+        if ceiling && publishers == 1 {
+            row.naive.push(raw);
+        }
+        row.raw.push(raw);
     }
     Ok(row)
 }
@@ -1252,6 +1337,7 @@ fn only(runtime: &tokio::runtime::Runtime, options: &Options, which: Only) -> Be
             );
             drop(broker);
         }
+        Only::Table => publish_table(runtime, options)?,
         Only::ConsumeEngine => {
             let mut engine = Engine::new();
             let clock = Clock::new();
@@ -1268,6 +1354,89 @@ fn only(runtime: &tokio::runtime::Runtime, options: &Options, which: Only) -> Be
             })?;
         }
     }
+    Ok(())
+}
+
+/// Sections 1 and 2: the publish table, its ceiling and targets.
+fn publish_table(runtime: &tokio::runtime::Runtime, options: &Options) -> BenchResult<()> {
+    println!();
+    println!("1. Durable publish (SyncPolicy::EveryPublish) and 2. SyncPolicy::Interval(10 ms):");
+    println!();
+    print_publish_header();
+    let mut rows = Vec::new();
+    for (sync, publishers, batch) in [
+        (SyncPolicy::EveryPublish, 1, 1),
+        (SyncPolicy::EveryPublish, 16, 1),
+        (SyncPolicy::EveryPublish, 16, PUBLISH_BATCH),
+        (SyncPolicy::EveryPublish, 64, 1),
+        (SyncPolicy::EveryPublish, 256, 1),
+        (SyncPolicy::Interval(INTERVAL), 1, 1),
+        (SyncPolicy::Interval(INTERVAL), 16, 1),
+        (SyncPolicy::Interval(INTERVAL), 16, PUBLISH_BATCH),
+    ] {
+        let row = measure_publish(runtime, options, sync, publishers, batch)?;
+        print_publish_row(&row);
+        rows.push(row);
+    }
+    println!();
+    let naive = &rows[0];
+    let naive_syncs = PublishRow::median_of(&naive.raw, |r| r.per_second(r.syncs));
+    if let Some(syncs) = naive_syncs {
+        println!(
+            "fdatasync here: the naive loop does {} append+fdatasync per second, {:.0} us each. \
+             P publishers with one message in flight each can have at most P messages per \
+             sync: \"ceiling\" is P x the fsyncs per second of the naive loop run just before and \
+             after each framework run (half as long each time), \"of ceil\" the median of each \
+             run's share of its ceiling.",
+            thousands(syncs),
+            1e6 / syncs,
+        );
+    }
+    if let Some((ceiling, share)) = rows[1].ceiling() {
+        println!(
+            "Target (issue 15): 16 durable publishers >= 0.6 of the ceiling: {} ({:.2} of {} \
+             msg/s).",
+            met(share >= 0.6),
+            share,
+            thousands(ceiling)
+        );
+    }
+    let interval_16 = &rows[6];
+    let interval_ratio = interval_16.framework_rate() / interval_16.raw_rate();
+    println!(
+        "Target (issue 15): 16 publishers with Interval(10 ms) >= 0.8 of raw appends: {} ({:.2}).",
+        met(interval_ratio >= 0.8),
+        interval_ratio
+    );
+    let mut gathered = Vec::with_capacity(options.reps);
+    for _ in 0..options.reps {
+        gathered.push(raw_publish(
+            SyncPolicy::EveryPublish,
+            16,
+            1,
+            options.run,
+            Some(GATHER),
+        )?);
+    }
+    println!(
+        "Raw group commit, 16 writers, whose leader first waits up to {} us for all 16 to have \
+         written: {} msg/s, {} syncs/s (median of {}).",
+        GATHER.as_micros(),
+        thousands(median(gathered.iter().map(PublishRun::rate).collect())),
+        opt(PublishRow::median_of(&gathered, |r| r.per_second(r.syncs))),
+        options.reps
+    );
+    let sixteen = rows[1].framework_rate();
+    let sixteen_batched = rows[2].framework_rate();
+    println!(
+        "Target: 16 concurrent publishers >= {} durable msg/s: {} ({} msg/s; with \
+         publish_batch of {PUBLISH_BATCH}: {} msg/s).",
+        thousands(TARGET_PUBLISH_16),
+        met(sixteen >= TARGET_PUBLISH_16),
+        thousands(sixteen),
+        thousands(sixteen_batched),
+    );
+
     Ok(())
 }
 
@@ -1299,66 +1468,7 @@ fn main() -> BenchResult<()> {
     );
     drop(probe);
 
-    println!();
-    println!("1. Durable publish (SyncPolicy::EveryPublish) and 2. SyncPolicy::Interval(10 ms):");
-    println!();
-    print_publish_header();
-    let mut rows = Vec::new();
-    for (sync, publishers, batch) in [
-        (SyncPolicy::EveryPublish, 1, 1),
-        (SyncPolicy::EveryPublish, 16, 1),
-        (SyncPolicy::EveryPublish, 16, PUBLISH_BATCH),
-        (SyncPolicy::EveryPublish, 64, 1),
-        (SyncPolicy::EveryPublish, 256, 1),
-        (SyncPolicy::Interval(INTERVAL), 1, 1),
-        (SyncPolicy::Interval(INTERVAL), 16, 1),
-        (SyncPolicy::Interval(INTERVAL), 16, PUBLISH_BATCH),
-    ] {
-        let row = measure_publish(&runtime, &options, sync, publishers, batch)?;
-        print_publish_row(&row);
-        rows.push(row);
-    }
-    println!();
-    let naive = &rows[0];
-    let naive_syncs = PublishRow::median_of(&naive.raw, |r| r.per_second(r.syncs));
-    if let Some(syncs) = naive_syncs {
-        println!(
-            "fdatasync here: the naive loop does {} append+fdatasync per second, {:.0} us each. \
-             16 publishers with one message in flight each can have at most 16 messages per \
-             sync: a ceiling of about {} msg/s at that sync rate.",
-            thousands(syncs),
-            1e6 / syncs,
-            thousands(16.0 * syncs)
-        );
-    }
-    let mut gathered = Vec::with_capacity(options.reps);
-    for _ in 0..options.reps {
-        gathered.push(raw_publish(
-            SyncPolicy::EveryPublish,
-            16,
-            1,
-            options.run,
-            Some(GATHER),
-        )?);
-    }
-    println!(
-        "Raw group commit, 16 writers, whose leader first waits up to {} us for all 16 to have \
-         written: {} msg/s, {} syncs/s (median of {}).",
-        GATHER.as_micros(),
-        thousands(median(gathered.iter().map(PublishRun::rate).collect())),
-        opt(PublishRow::median_of(&gathered, |r| r.per_second(r.syncs))),
-        options.reps
-    );
-    let sixteen = rows[1].framework_rate();
-    let sixteen_batched = rows[2].framework_rate();
-    println!(
-        "Target: 16 concurrent publishers >= {} durable msg/s: {} ({} msg/s; with \
-         publish_batch of {PUBLISH_BATCH}: {} msg/s).",
-        thousands(TARGET_PUBLISH_16),
-        met(sixteen >= TARGET_PUBLISH_16),
-        thousands(sixteen),
-        thousands(sixteen_batched),
-    );
+    publish_table(&runtime, &options)?;
 
     println!();
     println!(
