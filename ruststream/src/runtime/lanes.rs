@@ -173,14 +173,19 @@ impl<F: Future<Output = Decided>> Lane<F> {
         let Some(started) = self.running.take() else {
             return Polled::Pending;
         };
-        match finished {
-            // Matched in full (an ack's settlement holds nothing to drop).
-            Finished::Returned(Decided {
-                decision: Decision::Ack(id),
-                settlement: Settlement::Acked,
-            }) if self.current.is_none() => Polled::Acked(id),
-            finished => Polled::Ended(started, finished),
+        if let Finished::Returned(Decided {
+            decision: Decision::Ack(id),
+            settlement: Settlement::Acked,
+        }) = &finished
+            && self.current.is_none()
+        {
+            let id = *id;
+            // An ack holds nothing to drop (no string, no box): forgetting
+            // it spares the call to the outcome's drop glue.
+            std::mem::forget(finished);
+            return Polled::Acked(id);
         }
+        Polled::Ended(started, finished)
     }
 
     /// Drops the future of a handler that has ended, if the slot still
