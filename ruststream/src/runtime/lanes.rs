@@ -161,10 +161,14 @@ impl<F: Future<Output = Decided>> Lane<F> {
         let entered = self.span.as_ref().map(tracing::Span::enter);
         let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
         drop(entered);
-        let finished = match polled {
+        // Looked at in place, before anything moves the outcome.
+        let acked = match &polled {
             Ok(Poll::Pending) => return Polled::Pending,
-            Ok(Poll::Ready(decided)) => Finished::Returned(decided),
-            Err(panic) => Finished::Panicked(panic),
+            Ok(Poll::Ready(Decided {
+                decision: Decision::Ack(id),
+                settlement: Settlement::Acked,
+            })) if self.current.is_none() => Some(*id),
+            _ => None,
         };
         // The ended future stays in the slot until the lane's next entry
         // replaces it, or `free` drops it: one drop per entry, not two.
@@ -173,18 +177,18 @@ impl<F: Future<Output = Decided>> Lane<F> {
         let Some(started) = self.running.take() else {
             return Polled::Pending;
         };
-        if let Finished::Returned(Decided {
-            decision: Decision::Ack(id),
-            settlement: Settlement::Acked,
-        }) = &finished
-            && self.current.is_none()
-        {
-            let id = *id;
+        if let Some(id) = acked {
             // An ack holds nothing to drop (no string, no box): forgetting
             // it spares the call to the outcome's drop glue.
-            std::mem::forget(finished);
+            std::mem::forget(polled);
             return Polled::Acked(id);
         }
+        let finished = match polled {
+            Ok(Poll::Ready(decided)) => Finished::Returned(decided),
+            Err(panic) => Finished::Panicked(panic),
+            // Returned above.
+            Ok(Poll::Pending) => return Polled::Pending,
+        };
         Polled::Ended(started, finished)
     }
 
