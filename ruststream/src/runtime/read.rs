@@ -258,11 +258,14 @@ impl<'a> Reader<'a> {
     pub(super) fn took(&mut self, batch: ReadBatch) -> Vec<Delivery> {
         self.backoff.reset();
         // One pass over the deliveries: their size and the highest id.
-        let (mut bytes, mut last) = (0, batch.dead_lettered.iter().copied().max());
+        let (mut bytes, mut top) = (0, EntryId::ZERO);
         for delivery in &batch.deliveries {
             bytes += entry_bytes(delivery);
-            last = last.max(Some(delivery.id()));
+            top = top.max(delivery.id());
         }
+        let last = (!batch.deliveries.is_empty())
+            .then_some(top)
+            .max(batch.dead_lettered.iter().copied().max());
         if !self.rechecking {
             let got = batch.deliveries.len() + batch.dead_lettered.len();
             self.window.took(self.asked, got, bytes);
