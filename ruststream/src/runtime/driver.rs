@@ -36,7 +36,7 @@ use super::Counters;
 use super::Env;
 use super::claims::KeepAlive;
 use super::handle::Pipeline;
-use super::lanes::{Finished, Held, Lanes, Started};
+use super::lanes::{Finished, Held, Lane, Lanes, Polled, Started};
 use super::read::{LastRead, ReadWake, Reader};
 use super::settle::{Decided, Decision, Outbox, SettleBatch};
 use crate::Subscriber;
@@ -271,31 +271,14 @@ where
                 if !round_all && !std::mem::take(&mut this.fresh) {
                     continue;
                 }
-                let Some((started, finished)) = this.poll(cx) else {
-                    continue;
-                };
-                let Decided {
-                    decision,
-                    settlement,
-                } = match finished {
-                    Finished::Returned(decided) => decided,
-                    Finished::Panicked(panic) => pipeline.panicked(&started, &*panic),
-                };
-                let current = this.current.take();
-                if let Some(delivery) = &current {
-                    pipeline.observe(delivery, settlement);
-                }
-                match (retry_on_lane(&pipeline.env, &started, &decision), current) {
-                    (Some(OnLane::Hold(delay)), Some(delivery)) => {
-                        this.held = Some(Held::new(delivery, delay));
-                    }
-                    (Some(OnLane::DeadLetter(dead)), _) => {
-                        decisions.add(dead);
+                match this.poll(cx) {
+                    Polled::Pending => continue,
+                    Polled::Acked(id) => {
+                        decisions.add(Decision::Ack(id));
                         *held -= 1;
                     }
-                    _ => {
-                        decisions.add(decision);
-                        *held -= 1;
+                    Polled::Ended(started, finished) => {
+                        settle_ended(pipeline, this, decisions, held, &started, finished);
                     }
                 }
                 let took = now.saturating_sub(this.since);
@@ -304,6 +287,7 @@ where
                 longest = longest.max(took);
                 progress = true;
                 if *stopping {
+                    lanes.lanes[lane].free();
                     // With `by_key`, what waited behind this handler goes
                     // back only now, after it, so its keys stay in order.
                     for delivery in lanes.lanes[lane].take_waiting() {
@@ -424,6 +408,49 @@ where
     }
 }
 
+/// Settles an entry whose handler ended other than by a plain ack (see
+/// [`Polled::Acked`]): tells the observer, and keeps a keyed entry's retry
+/// on its lane (held there) or puts the decision in the batch.
+fn settle_ended<S: Subscriber, F>(
+    pipeline: &Pipeline<S>,
+    this: &mut Lane<F>,
+    decisions: &mut SettleBatch,
+    held: &mut usize,
+    started: &Started,
+    finished: Finished,
+) {
+    let Decided {
+        decision,
+        settlement,
+    } = match finished {
+        Finished::Returned(decided) => decided,
+        Finished::Panicked(panic) => pipeline.panicked(started, &*panic),
+    };
+    let current = this.current.take();
+    if let Some(delivery) = &current {
+        pipeline.observe(delivery, settlement);
+    }
+    // Only a keyed entry's retry stays on its lane.
+    let on_lane = if started.keyed {
+        retry_on_lane(&pipeline.env, started, &decision)
+    } else {
+        None
+    };
+    match (on_lane, current) {
+        (Some(OnLane::Hold(delay)), Some(delivery)) => {
+            this.held = Some(Held::new(delivery, delay));
+        }
+        (Some(OnLane::DeadLetter(dead)), _) => {
+            decisions.add(dead);
+            *held -= 1;
+        }
+        _ => {
+            decisions.add(decision);
+            *held -= 1;
+        }
+    }
+}
+
 /// Whether shutdown has been asked for since `peek` last looked: a version
 /// check, then a look at the value only when it changed. A dropped sender
 /// counts as a shutdown.
@@ -462,11 +489,9 @@ enum OnLane {
 /// delay (`retry_after(d)`: `d`; `retry()` on a claiming or reclaim
 /// subscription: `min_idle`; on a new one: at once), counted as a delivery.
 /// At the attempt bound it is dead-lettered instead and the key moves on.
-/// `None` for anything else, which is settled as decided.
+/// `None` for anything else, which is settled as decided. (The caller
+/// checks that the entry is keyed.)
 fn retry_on_lane(env: &Env, started: &Started, decision: &Decision) -> Option<OnLane> {
-    if !started.keyed {
-        return None;
-    }
     let delay = match decision {
         Decision::Copy(_) => Duration::ZERO,
         Decision::After(_, delay) => *delay,

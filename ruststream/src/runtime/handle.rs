@@ -167,8 +167,15 @@ impl<S: Subscriber> Pipeline<S> {
             self.subscriber.handle(&mut ctx).await
         };
         match outcome {
+            // The common outcome, settled without a call.
+            Settle::Outcome(HandlerOutcome::Ack) => {
+                Decided::new(Decision::Ack(delivery.id()), Settlement::Acked)
+            }
+            // Boxed: a publish's state would otherwise make every lane's
+            // handler future larger (it is moved into the lane's slot per
+            // entry), replies or not.
             Settle::Reply { stream, payload } => {
-                self.publish_reply(delivery, stream, payload).await
+                Box::pin(self.publish_reply(delivery, stream, payload)).await
             }
             other => self.decide(&Started::of(delivery), other),
         }

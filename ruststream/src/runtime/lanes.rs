@@ -27,8 +27,9 @@ use std::task::{Context, Poll};
 use ruststream_core::{Delivery, EntryId};
 
 use super::handle::Pipeline;
-use super::settle::Decided;
+use super::settle::{Decided, Decision};
 use crate::Subscriber;
+use crate::observe::Settlement;
 
 /// What the task keeps of the entry a lane runs: enough to report a panic
 /// and to hand the entry back if its handler outlives the shutdown
@@ -56,6 +57,17 @@ impl Started {
     pub(super) fn id(&self) -> EntryId {
         self.id
     }
+}
+
+/// What a poll of a lane's handler found.
+pub(super) enum Polled {
+    /// Nothing ran, or the handler still runs.
+    Pending,
+    /// The handler acked an entry the lane keeps no copy of (no observer
+    /// to tell, not on a `by_key` lane): only the ack is left to do.
+    Acked(EntryId),
+    /// The handler ended any other way: the entry it ran and how.
+    Ended(Started, Finished),
 }
 
 /// How a lane's handler ended.
@@ -98,10 +110,11 @@ impl Held {
 pub(super) struct Lane<F> {
     /// With `by_key`, the entries whose key hashes to this lane.
     own: VecDeque<Delivery>,
-    /// The handler running, pinned in a slot allocated once and refilled
-    /// in place.
+    /// The handler running (or, until the lane's next entry replaces it or
+    /// [`Lane::free`] drops it, the one that ended last), pinned in a slot
+    /// allocated once and refilled in place.
     slot: Pin<Box<Option<F>>>,
-    /// The entry the handler runs; `Some` exactly while the slot is.
+    /// The entry the handler runs; `Some` exactly while a handler runs.
     running: Option<Started>,
     /// A copy of the delivery the handler runs, kept with an observer (it
     /// is told about it with its outcome) and on `by_key` lanes (a retried
@@ -135,22 +148,56 @@ impl<F: Future<Output = Decided>> Lane<F> {
 
     /// Polls the lane's handler once, inside its span, catching a panic.
     /// When the handler has ended the lane is free again and the entry it
-    /// ran is returned with how the handler ended.
+    /// ran is returned with how the handler ended (a plain ack in short,
+    /// see [`Polled::Acked`]).
     #[inline]
-    pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Option<(Started, Finished)> {
-        let future = self.slot.as_mut().as_pin_mut()?;
+    pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Polled {
+        if self.running.is_none() {
+            return Polled::Pending;
+        }
+        let Some(future) = self.slot.as_mut().as_pin_mut() else {
+            return Polled::Pending;
+        };
         let entered = self.span.as_ref().map(tracing::Span::enter);
         let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
         drop(entered);
+        // Looked at in place, before anything moves the outcome.
+        let acked = match &polled {
+            Ok(Poll::Pending) => return Polled::Pending,
+            Ok(Poll::Ready(Decided {
+                decision: Decision::Ack(id),
+                settlement: Settlement::Acked,
+            })) if self.current.is_none() => Some(*id),
+            _ => None,
+        };
+        // The ended future stays in the slot until the lane's next entry
+        // replaces it, or `free` drops it: one drop per entry, not two.
+        self.span = None;
+        // `running` is set whenever a handler runs (see `Lanes::start`).
+        let Some(started) = self.running.take() else {
+            return Polled::Pending;
+        };
+        if let Some(id) = acked {
+            // An ack holds nothing to drop (no string, no box): forgetting
+            // it spares the call to the outcome's drop glue.
+            std::mem::forget(polled);
+            return Polled::Acked(id);
+        }
         let finished = match polled {
-            Ok(Poll::Pending) => return None,
             Ok(Poll::Ready(decided)) => Finished::Returned(decided),
             Err(panic) => Finished::Panicked(panic),
+            // Returned above.
+            Ok(Poll::Pending) => return Polled::Pending,
         };
-        self.slot.set(None);
-        self.span = None;
-        // `running` is set whenever the slot is (see `Lanes::start`).
-        self.running.take().map(|started| (started, finished))
+        Polled::Ended(started, finished)
+    }
+
+    /// Drops the future of a handler that has ended, if the slot still
+    /// holds one (it is kept there for the lane's next entry to replace).
+    pub(super) fn free(&mut self) {
+        if self.running.is_none() && self.slot.is_some() {
+            self.slot.set(None);
+        }
     }
 
     /// Whether a handler runs on the lane.
@@ -215,7 +262,14 @@ impl<F: Future<Output = Decided>> Lanes<F> {
     /// `by_key`, else in the shared queue.
     pub(super) fn queue_all(&mut self, deliveries: Vec<Delivery>) {
         if !self.by_key {
-            self.shared.extend(deliveries);
+            if self.shared.is_empty() {
+                // The usual case (lanes take a read batch's entries before
+                // the next read lands): the batch's buffer becomes the
+                // queue, with no copy.
+                self.shared = VecDeque::from(deliveries);
+            } else {
+                self.shared.extend(deliveries);
+            }
             return;
         }
         let n = self.lanes.len();
@@ -256,26 +310,21 @@ impl<F: Future<Output = Decided>> Lanes<F> {
             ..
         } = self;
         let lane = &mut lanes[lane];
-        if lane.slot.is_some() {
+        if lane.running.is_some() {
             return false;
         }
-        let (next, keyed) = match &lane.held {
-            Some(held) if held_ok && held.is_due() => match lane.held.take() {
-                Some(held) => (held.delivery, true),
-                None => return false,
-            },
+        let next = match &lane.held {
+            Some(held) if held_ok && held.is_due() => lane.held.take().map(|h| (h.delivery, true)),
             // A held entry keeps its keys' later entries waiting.
-            Some(_) => match shared.pop_front() {
-                Some(delivery) => (delivery, false),
-                None => return false,
-            },
+            Some(_) => shared.pop_front().map(|d| (d, false)),
             None => match lane.own.pop_front() {
-                Some(delivery) => (delivery, true),
-                None => match shared.pop_front() {
-                    Some(delivery) => (delivery, false),
-                    None => return false,
-                },
+                Some(delivery) => Some((delivery, true)),
+                None => shared.pop_front().map(|d| (d, false)),
             },
+        };
+        let Some((next, keyed)) = next else {
+            lane.free();
+            return false;
         };
         lane.span = pipeline.lane_span(&next, traced);
         lane.running = Some(Started {
@@ -286,6 +335,7 @@ impl<F: Future<Output = Decided>> Lanes<F> {
         if *keep_copies {
             lane.current = Some(next.clone());
         }
+        // Drops the future of the handler that ran last, if any.
         lane.slot.set(Some(make(next)));
         lane.since = now;
         true

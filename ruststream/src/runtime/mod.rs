@@ -36,6 +36,7 @@ mod lanes;
 mod own_pending;
 mod prune;
 mod read;
+mod room;
 mod settle;
 mod stats;
 mod window;

@@ -32,9 +32,9 @@ use ruststream_core::{
     BrokerError, BrokerFuture, BrokerResult, Delivery, EntryId, ReadBatch, ReadMode, ReadRequest,
     StreamStart,
 };
-use tokio::sync::futures::Notified;
 
 use super::own_pending::{Look, TwinLook, TwinWatch, look_for_a_twin, recheck_after_a_lost_read};
+use super::room::SettledSignal;
 use super::settle::Outbox;
 use super::window::ReadWindow;
 use super::{Backoff, Env};
@@ -82,7 +82,6 @@ pub(super) enum ReadWake {
 /// The reading side of a subscription's task.
 pub(super) struct Reader<'a> {
     env: &'a Env,
-    outbox: &'a Outbox,
     last_read: &'a LastRead,
     /// The subscription's read mode.
     mode: ReadMode,
@@ -100,7 +99,7 @@ pub(super) struct Reader<'a> {
     backing_off: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Armed while the read-ahead is full of decisions not yet confirmed by
     /// the broker: the settler's signal that some landed.
-    room: Option<Pin<Box<Notified<'a>>>>,
+    room: SettledSignal<'a>,
     /// Entries a predecessor with this consumer name left pending (it
     /// crashed, or was killed) come first: the subscription pages through
     /// its own pending list before its first ordinary read. `Some` holds
@@ -126,7 +125,6 @@ impl<'a> Reader<'a> {
     pub(super) fn new(env: &'a Env, outbox: &'a Outbox, last_read: &'a LastRead) -> Self {
         Reader {
             env,
-            outbox,
             last_read,
             mode: env.subscription.stream.read_mode(),
             window: ReadWindow::new(env.subscription.first_read(), env.subscription.read_ahead()),
@@ -135,7 +133,7 @@ impl<'a> Reader<'a> {
             returned: None,
             backoff: Backoff::new(),
             backing_off: None,
-            room: None,
+            room: SettledSignal::new(outbox),
             recovering: Some(EntryId::ZERO),
             recheck: false,
             rechecking: false,
@@ -175,11 +173,11 @@ impl<'a> Reader<'a> {
             // under this consumer is then one nobody here will settle.
             if unsettled == in_lanes {
                 self.recheck = false;
-                self.room = None;
+                self.room.disarm();
                 self.read = Some(recheck_after_a_lost_read(env, holding()));
                 self.rechecking = true;
-            } else if self.room.is_none() {
-                self.room = Some(Box::pin(self.outbox.settled.notified()));
+            } else {
+                self.room.arm();
             }
             return;
         }
@@ -194,26 +192,23 @@ impl<'a> Reader<'a> {
             // so an entry whose ack is on its way is not taken for a stray.
             TwinLook::Due if unsettled == in_lanes => {
                 self.twin.state = TwinLook::Off;
-                self.room = None;
+                self.room.disarm();
                 let before = self.twin.delivered_before(env);
                 self.looking = Some(look_for_a_twin(env, holding(), window, true, before));
                 return;
             }
-            TwinLook::Due if self.room.is_none() => {
-                self.room = Some(Box::pin(self.outbox.settled.notified()));
+            TwinLook::Due => {
+                self.room.arm();
                 return;
             }
-            TwinLook::Due => return,
             TwinLook::Armed(_) | TwinLook::Off => {}
         }
         let parked = usize::try_from(env.counters.held()).unwrap_or(usize::MAX);
         let Some(count) = self.window.ask(unsettled, parked) else {
-            if self.room.is_none() {
-                self.room = Some(Box::pin(self.outbox.settled.notified()));
-            }
+            self.room.arm();
             return;
         };
-        self.room = None;
+        self.room.disarm();
         let (mode, block) = match self.recovering {
             // A pending list answers at once: no blocking.
             Some(after) => (
@@ -287,10 +282,7 @@ impl<'a> Reader<'a> {
             self.backing_off = None;
             return Poll::Ready(ReadWake::BackedOff);
         }
-        if let Some(room) = self.room.as_mut()
-            && room.as_mut().poll(cx).is_ready()
-        {
-            self.room = None;
+        if self.room.poll(cx) {
             return Poll::Ready(ReadWake::Settled);
         }
         Poll::Pending
@@ -301,18 +293,20 @@ impl<'a> Reader<'a> {
     /// the deliveries.
     pub(super) fn took(&mut self, batch: ReadBatch) -> Vec<Delivery> {
         self.backoff.reset();
+        // One pass over the deliveries: their size and the highest id.
+        let (mut bytes, mut top) = (0, EntryId::ZERO);
+        for delivery in &batch.deliveries {
+            bytes += entry_bytes(delivery);
+            top = top.max(delivery.id());
+        }
+        let last = (!batch.deliveries.is_empty())
+            .then_some(top)
+            .max(batch.dead_lettered.iter().copied().max());
         if !self.rechecking {
-            let bytes = batch.deliveries.iter().map(entry_bytes).sum();
             let got = batch.deliveries.len() + batch.dead_lettered.len();
             self.window.took(self.asked, got, bytes);
         }
         self.recreated_since_read = false;
-        let last = batch
-            .deliveries
-            .iter()
-            .map(Delivery::id)
-            .chain(batch.dead_lettered.iter().copied())
-            .max();
         if let Some(after) = &mut self.recovering {
             // Page on past what this read handed out or dead-lettered; an
             // empty page ends recovery.
@@ -413,7 +407,7 @@ impl<'a> Reader<'a> {
         self.looking = None;
         self.twin.state = TwinLook::Off;
         self.backing_off = None;
-        self.room = None;
+        self.room.disarm();
     }
 }
 

@@ -203,6 +203,16 @@ impl SettleBatch {
         self.count += 1;
         match decision {
             Decision::Ack(id) => self.acks.push(id),
+            other => self.add_other(other),
+        }
+    }
+
+    /// [`SettleBatch::add`] for anything but an ack (kept out of line, so
+    /// the ack's path stays short).
+    #[inline(never)]
+    fn add_other(&mut self, decision: Decision) {
+        match decision {
+            Decision::Ack(id) => self.acks.push(id),
             Decision::Copy(id) => self.copies.push(id),
             Decision::Leave => self.left += 1,
             Decision::After(id, delay) => self.delayed.push((delay, id)),
