@@ -6,9 +6,11 @@
 //!   task reads only while that is below the bound, asking the broker for
 //!   the room left, so a crash redelivers at most the read-ahead, and a
 //!   broker that refuses settles stops reading rather than letting handled
-//!   entries pile up. It reads again once no more than one entry per lane
-//!   is unsettled, so reads come in batches of most of the bound; the
-//!   settler wakes it when decisions land.
+//!   entries pile up. How much it asks for, and when it reads again, is
+//!   the adaptive window's (`window.rs`); the settler wakes it when
+//!   decisions land. A new read is polled once before the handlers of the
+//!   wake run ([`Reader::send`]), so its request is on its way while they
+//!   work.
 //! - A subscription first re-reads its own pending list (`OwnPending`,
 //!   page by page, not blocking) and handles what a predecessor with the
 //!   same consumer name left there, then reads as its kind says. It takes
