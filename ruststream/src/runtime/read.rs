@@ -247,7 +247,9 @@ impl<'a> Reader<'a> {
         let Some(read) = self.read.as_mut() else {
             return false;
         };
-        match read.as_mut().poll(cx) {
+        let poll = read.as_mut().poll(cx);
+        self.window.answered(poll.is_ready());
+        match poll {
             Poll::Ready(result) => {
                 self.read = None;
                 self.returned = Some(result);

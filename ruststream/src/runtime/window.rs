@@ -8,10 +8,12 @@
 //! Reading overlaps handling and settling: a read asks for a quarter of
 //! the window, and the reader asks again as soon as a quarter is free, so
 //! the broker reads the next batch while the handlers work on the last one
-//! and the acks of the one before are on their way; and entries read and not yet
-//! settled never pass the bound (a crash redelivers at most that many,
-//! `docs/guarantees.md`). Entries parked on `by_key` lanes for a retry's
-//! delay count against the bound, not against the window.
+//! and the acks of the one before are on their way (where reads come back
+//! at once, the next asks for all that is free once half the window is).
+//! Entries read and not yet settled never pass the bound (a crash
+//! redelivers at most that many, `docs/guarantees.md`). Entries parked on
+//! `by_key` lanes for a retry's delay count against the bound, not against
+//! the window.
 
 /// The most bytes (payloads and headers) of entries read and not yet
 /// settled, as far as the window can tell from the entries' average size.
@@ -28,6 +30,11 @@ pub(super) struct ReadWindow {
     size: usize,
     /// The average size of an entry read, in bytes (0 until one is read).
     avg_bytes: usize,
+    /// Whether reads take a while to come back (a broker across a
+    /// network), so that reading in quarters overlaps it with handling.
+    /// A broker whose reads come back at once (in memory, a file log with
+    /// the entries cached) gains nothing from that and reads larger.
+    overlap: bool,
 }
 
 impl ReadWindow {
@@ -39,6 +46,7 @@ impl ReadWindow {
             cap,
             size: first,
             avg_bytes: 0,
+            overlap: true,
         }
     }
 
@@ -62,15 +70,26 @@ impl ReadWindow {
         // at the broker while the handlers work on the last one and the
         // acks of the one before are on their way, rather than each waiting
         // for the other.
-        let quarter = (self.size / 4).max(1);
+        // Where reads come back at once, read what is free once half the
+        // window is.
         let free = self.size.saturating_sub(working);
-        if free < quarter {
+        let (least, most) = if self.overlap {
+            let quarter = (self.size / 4).max(1);
+            (quarter, quarter.max(self.first))
+        } else {
+            (self.size - self.size / 2, self.size)
+        };
+        if free < least {
             return None;
         }
-        let count = free
-            .min(quarter.max(self.first))
-            .min(self.cap.saturating_sub(unsettled));
+        let count = free.min(most).min(self.cap.saturating_sub(unsettled));
         (count > 0).then_some(count)
+    }
+
+    /// Whether the last read came back at once, on its first poll.
+    #[inline]
+    pub(super) fn answered(&mut self, at_once: bool) {
+        self.overlap = !at_once;
     }
 
     /// A read that asked for `asked` entries got `got` of them, `bytes`
@@ -128,6 +147,20 @@ mod tests {
             w.took(256, 1, 100);
         }
         assert_eq!(w.size(), 32, "never under the first read");
+    }
+
+    #[test]
+    fn reads_that_come_back_at_once_are_not_split_in_quarters() {
+        let mut w = ReadWindow::new(32, 512);
+        w.took(32, 32, 3200);
+        w.took(64, 64, 6400);
+        assert_eq!(w.size(), 128);
+        w.answered(true);
+        assert_eq!(w.ask(0, 0), Some(128), "the whole window");
+        assert_eq!(w.ask(64, 0), Some(64), "half of it is free");
+        assert_eq!(w.ask(65, 0), None, "less than half is free");
+        w.answered(false);
+        assert_eq!(w.ask(0, 0), Some(32), "a quarter again");
     }
 
     #[test]
