@@ -69,6 +69,7 @@ fn reasons(app: &Running) -> String {
     app.readiness().to_string()
 }
 
+/// Asserts that the app is ready, showing its reasons if not.
 #[track_caller]
 fn assert_ready(app: &Running) {
     assert!(app.readiness().is_ready(), "{}", reasons(app));
@@ -105,66 +106,42 @@ async fn failing_reads_make_the_app_not_ready_past_the_window() {
     app.shutdown().await;
 }
 
-/// What each passing of the clock should leave the app's readiness at.
-enum Then {
-    Ready,
-    NotReady(&'static str),
-}
+/// A job whose handler runs for ten minutes.
+const SLOW: Job = Job {
+    slow: true,
+    poison: false,
+};
+
+/// A job whose handler always fails.
+const POISON: Job = Job {
+    slow: false,
+    poison: true,
+};
 
 /// Publishes `job` to the app on a fresh memory broker, then lets the
-/// clock pass each step's time and checks readiness after it.
-async fn publish_and_check(job: Job, steps: &[(u64, Then)]) {
+/// clock pass: the app is ready after `ready` s, not ready with `reason`
+/// after `gone` s more, and ready again after `back` s more.
+async fn ready_then_not_then_ready(job: Job, ready: u64, (gone, reason): (u64, &str), back: u64) {
     let app = start_with(job).await;
-    for (secs, then) in steps {
-        pass(Duration::from_secs(*secs)).await;
-        match then {
-            Then::Ready => assert_ready(&app),
-            Then::NotReady(reason) => assert_reason(&app, reason),
-        }
-    }
+    pass(Duration::from_secs(ready)).await;
+    assert_ready(&app);
+    pass(Duration::from_secs(gone)).await;
+    assert_reason(&app, reason);
+    pass(Duration::from_secs(back)).await;
+    assert_ready(&app);
     app.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_handler_past_its_deadline_makes_the_app_not_ready_until_it_ends() {
-    let job = Job {
-        slow: true,
-        poison: false,
-    };
-    publish_and_check(
-        job,
-        &[
-            (59, Then::Ready),
-            (
-                2,
-                Then::NotReady("a handler has run for 61 s (deadline 60 s)"),
-            ),
-            (600, Then::Ready),
-        ],
-    )
-    .await;
+    let reason = "a handler has run for 61 s (deadline 60 s)";
+    ready_then_not_then_ready(SLOW, 59, (2, reason), 600).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_poison_loop_makes_the_app_not_ready_until_the_entry_is_settled() {
-    let job = Job {
-        slow: false,
-        poison: true,
-    };
-    publish_and_check(
-        job,
-        &[
-            // Deliveries at 0, 10, 20 and 30 s: the fourth is the first
-            // past 3.
-            (25, Then::Ready),
-            (
-                10,
-                Then::NotReady("poison loop: 1 entry delivered more than 3 times"),
-            ),
-            // The sixth delivery fails at 50 s; the read at 60 s
-            // dead-letters it.
-            (30, Then::Ready),
-        ],
-    )
-    .await;
+    // Deliveries at 0, 10, 20 and 30 s: the fourth is the first past 3.
+    // The sixth delivery fails at 50 s; the read at 60 s dead-letters it.
+    let reason = "poison loop: 1 entry delivered more than 3 times";
+    ready_then_not_then_ready(POISON, 25, (10, reason), 30).await;
 }
