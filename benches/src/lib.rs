@@ -16,10 +16,13 @@
 //!   and through the broker; [`memory_loops`]: the fill and the hand loop
 //!   of the memory-broker benchmarks.
 //! - [`cpu`]: CPU time of a Redis server.
+//! - [`run_stream`]: the stream a Redis benchmark's subscribers read,
+//!   set per run.
 
 pub mod cpu;
 pub mod memory_loops;
 pub mod redis_loops;
+pub mod run_stream;
 
 use std::time::{Duration, Instant};
 

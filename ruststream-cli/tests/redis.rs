@@ -15,8 +15,8 @@ use std::time::Duration;
 use ruststream::{AppInfo, Broker, EntryId, Message, RedisBroker, Retry, RustStream, StreamStart};
 use serde_json::json;
 use support::{
-    GATE_REASON, Gate, cli_in_background, cli_of, consumer_names, json_in, json_of, read_new,
-    stdout_of, until,
+    GATE_REASON, Gate, cli_in_background, cli_of, consumer_names, json_in, json_of, numbers,
+    read_new, stdout_of, until,
 };
 
 /// Stream names no other test uses, on the server at
@@ -119,12 +119,8 @@ async fn reads_prune_publish_and_tail_on_redis() {
     let described = json_of(&r, &["describe", s, "g"]).await;
     let g = &described["group"];
     assert_eq!(
-        (
-            g["pending"].as_u64(),
-            g["dead_letters"].as_u64(),
-            g["consumers"].as_u64()
-        ),
-        (Some(1), Some(2), Some(2))
+        numbers(g, &["pending", "dead_letters", "consumers"]),
+        [Some(1), Some(2), Some(2)]
     );
     let table = stdout_of(&r, &["describe", s, "g"]).await;
     assert!(

@@ -328,13 +328,7 @@ pub trait Broker: Send + Sync + 'static {
     ///
     /// The default answers [`crate::BrokerError::Unsupported`].
     fn streams(&self) -> BrokerFuture<'_, Vec<String>> {
-        let broker = self.name();
-        Box::pin(async move {
-            Err(crate::BrokerError::Unsupported {
-                broker,
-                detail: "listing streams is not supported".to_owned(),
-            })
-        })
+        unsupported(self.name(), "listing streams is not supported")
     }
 
     /// Deletes `consumer` from the group if, at that moment, it holds no
@@ -356,13 +350,7 @@ pub trait Broker: Send + Sync + 'static {
         min_idle: Duration,
     ) -> BrokerFuture<'a, bool> {
         let _ = (stream, group, consumer, min_idle);
-        let broker = self.name();
-        Box::pin(async move {
-            Err(crate::BrokerError::Unsupported {
-                broker,
-                detail: "deleting consumers is not supported".to_owned(),
-            })
-        })
+        unsupported(self.name(), "deleting consumers is not supported")
     }
 
     /// Makes dead letters owed again, with their delivery counts reset to
@@ -431,4 +419,14 @@ pub trait Broker: Send + Sync + 'static {
     /// brokers never delete an entry that a group still has pending or
     /// dead-lettered: such entries stay readable until settled.
     fn trim<'a>(&'a self, stream: &'a str, trim: Trim) -> BrokerFuture<'a, u64>;
+}
+
+/// The answer of a default method for a call the broker does not serve:
+/// [`crate::BrokerError::Unsupported`] naming `broker`, with `detail`.
+fn unsupported<'a, T: Send + 'a>(broker: &'static str, detail: &str) -> BrokerFuture<'a, T> {
+    let error = crate::BrokerError::Unsupported {
+        broker,
+        detail: detail.to_owned(),
+    };
+    Box::pin(std::future::ready(Err(error)))
 }

@@ -71,6 +71,19 @@ async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
     panic!("timed out waiting for: {what}");
 }
 
+/// Waits until the admin server at `base` reports the app ready.
+async fn until_ready(base: &str) {
+    until("ready", async || {
+        get(&format!("{base}/health/ready")).await.0 == StatusCode::OK
+    })
+    .await;
+}
+
+/// The JSON body of the response to `request`.
+async fn json_reply(request: impl Future<Output = reqwest::Result<reqwest::Response>>) -> Value {
+    request.await.unwrap().json().await.unwrap()
+}
+
 async fn get(url: &str) -> (StatusCode, String) {
     let response = reqwest::get(url).await.unwrap();
     let status = response.status();
@@ -102,18 +115,12 @@ async fn metrics_count_a_scenario_by_outcome_and_kind() {
     publish(&broker, 0..10).await;
     let app_label = r#"app="admin-metrics""#;
     let text = || async { get(&format!("{base}/metrics")).await.1 };
+    let settled =
+        |t: &str, outcome: &str| sample(t, "ruststream_settled_total", &[app_label, outcome]);
     until("all settled in the metrics", async || {
         let t = text().await;
-        sample(
-            &t,
-            "ruststream_settled_total",
-            &[app_label, r#"outcome="ack""#],
-        ) == Some(9.0)
-            && sample(
-                &t,
-                "ruststream_settled_total",
-                &[app_label, r#"outcome="dead_letter""#],
-            ) == Some(1.0)
+        settled(&t, r#"outcome="ack""#) == Some(9.0)
+            && settled(&t, r#"outcome="dead_letter""#) == Some(1.0)
     })
     .await;
     let t = text().await;
@@ -147,12 +154,12 @@ async fn metrics_count_a_scenario_by_outcome_and_kind() {
     assert_eq!(at("ruststream_in_flight", &[]), Some(0.0));
     assert!(t.contains("# HELP ruststream_received_total"), "{t}");
     // The group gauges, polled every few seconds.
+    let dead_letters = [app_label, r#"group="g""#];
     until("group gauges", async || {
-        let t = text().await;
         sample(
-            &t,
+            &text().await,
             "ruststream_group_dead_letters",
-            &[app_label, r#"group="g""#],
+            &dead_letters,
         ) == Some(1.0)
     })
     .await;
@@ -172,10 +179,7 @@ async fn metrics_count_a_scenario_by_outcome_and_kind() {
 #[tokio::test]
 async fn health_and_subscribers_describe_the_app() {
     let (_broker, app, base) = start("admin-health", None).await;
-    until("ready", async || {
-        get(&format!("{base}/health/ready")).await.0 == StatusCode::OK
-    })
-    .await;
+    until_ready(&base).await;
     let (status, live) = get_json(&format!("{base}/health/live")).await;
     assert_eq!(
         (status, live["status"].as_str()),
@@ -246,12 +250,7 @@ async fn group_routes_list_and_the_token_guards_the_writes() {
     );
     let wrong = post(Some("guess"), &body).await.unwrap();
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
-    let dry: Value = post(Some(TOKEN), &body)
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let dry: Value = json_reply(post(Some(TOKEN), &body)).await;
     assert_eq!(
         (
             dry["selected"].as_array().map(Vec::len),
@@ -268,12 +267,7 @@ async fn group_routes_list_and_the_token_guards_the_writes() {
     let (status, one) = get_json(&format!("{letters}/{id}")).await;
     assert_eq!((status, &one["id"]), (StatusCode::OK, &listed[0]["id"]));
     let body = serde_json::json!({ "all": true });
-    let done: Value = post(Some(TOKEN), &body)
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let done: Value = json_reply(post(Some(TOKEN), &body)).await;
     assert_eq!(done["changed"], 1);
     assert_eq!(get_json(&letters).await.1, serde_json::json!([]));
     let (status, gone) = get_json(&format!("{letters}/{id}")).await;
@@ -282,30 +276,26 @@ async fn group_routes_list_and_the_token_guards_the_writes() {
     // Streams, entries, publish and prune.
     let (_, streams) = get_json(&format!("{base}/streams")).await;
     assert_eq!(streams[0]["stream"], "admin-jobs");
-    let published: Value = client
-        .post(format!("{base}/streams/admin-other/publish"))
-        .bearer_auth(TOKEN)
-        .json(&serde_json::json!({ "payload": "hello", "headers": { "k": "v" } }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let published: Value = json_reply(
+        client
+            .post(format!("{base}/streams/admin-other/publish"))
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({ "payload": "hello", "headers": { "k": "v" } }))
+            .send(),
+    )
+    .await;
     let (_, entries) = get_json(&format!("{base}/streams/admin-other/entries")).await;
     assert_eq!(entries[0]["id"], published["id"]);
     assert_eq!(entries[0]["payload"], "hello");
     assert_eq!(entries[0]["headers"]["k"], "v");
-    let pruned: Value = client
-        .post(format!("{base}/groups/admin-jobs/g/consumers/prune"))
-        .bearer_auth(TOKEN)
-        .json(&serde_json::json!({ "idle_ms": 3_600_000, "dry_run": true }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let pruned: Value = json_reply(
+        client
+            .post(format!("{base}/groups/admin-jobs/g/consumers/prune"))
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({ "idle_ms": 3_600_000, "dry_run": true }))
+            .send(),
+    )
+    .await;
     assert_eq!(pruned["deleted"], serde_json::json!([]), "{pruned}");
     app.shutdown().await;
 }
@@ -403,10 +393,7 @@ async fn a_fail_stopped_file_log_is_neither_live_nor_ready() {
         .await
         .unwrap();
     let base = format!("http://{}", app.admin_addr().unwrap());
-    until("ready", async || {
-        get(&format!("{base}/health/ready")).await.0 == StatusCode::OK
-    })
-    .await;
+    until_ready(&base).await;
     broker.inject_fsync_failure();
     let publisher = ruststream::Publisher::new(std::sync::Arc::new(broker.clone()));
     assert!(
@@ -415,24 +402,17 @@ async fn a_fail_stopped_file_log_is_neither_live_nor_ready() {
             .await
             .is_err()
     );
-    let (status, live) = get_json(&format!("{base}/health/live")).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(
-        live["problems"][0]
-            .as_str()
-            .unwrap()
-            .starts_with("filelog broker:"),
-        "{live}"
-    );
-    let (status, ready) = get_json(&format!("{base}/health/ready")).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(
-        ready["reasons"][0]
-            .as_str()
-            .unwrap()
-            .starts_with("filelog broker:"),
-        "{ready}"
-    );
+    for (check, why) in [("live", "problems"), ("ready", "reasons")] {
+        let (status, body) = get_json(&format!("{base}/health/{check}")).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{check}");
+        assert!(
+            body[why][0]
+                .as_str()
+                .unwrap()
+                .starts_with("filelog broker:"),
+            "{body}"
+        );
+    }
     app.shutdown_within(Duration::from_secs(1)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use ruststream::prelude::*;
-use ruststream::{Message, PARTITION_KEY_HEADER, ReadMode, ReadRequest};
+use ruststream::{Message, PARTITION_KEY_HEADER, ReadMode, ReadRequest, Subscriber};
 use support::{Job, advance, dead_letters, group_info, settle, start_fresh, stream_len};
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
@@ -29,6 +29,20 @@ async fn publish(broker: &MemoryBroker, stream: &str, jobs: &[(u64, &str)]) {
         };
         broker.publish(stream, message).await.unwrap();
     }
+}
+
+/// A fresh memory broker and an app on it running `subscriber` alone,
+/// with `jobs` published to `stream` (as [`publish`] does) and the app
+/// settled.
+async fn start_with(
+    subscriber: impl Subscriber,
+    stream: &str,
+    jobs: &[(u64, &str)],
+) -> (MemoryBroker, ruststream::Running) {
+    let (broker, app) = start_fresh(subscriber).await;
+    publish(&broker, stream, jobs).await;
+    settle().await;
+    (broker, app)
 }
 
 /// `(n, delivery count, milliseconds since the test's start)` per run.
@@ -68,14 +82,12 @@ async fn held_new(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 /// entries keep flowing meanwhile.
 #[tokio::test(start_paused = true)]
 async fn a_retried_keyed_entry_runs_again_on_its_lane_before_its_keys_later_entries() {
-    let (broker, app) = start_fresh(held_new).await;
-    publish(
-        &broker,
+    let (broker, app) = start_with(
+        held_new,
         "held-new",
         &[(1, "a"), (2, "a"), (3, "a"), (4, "")],
     )
     .await;
-    settle().await;
     advance(Duration::from_secs(1), 10).await;
     let runs = runs(&NEW_RUNS);
     let order: Vec<(u64, u32)> = runs
@@ -114,9 +126,7 @@ async fn held_claim(job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
 /// on its lane once `min_idle` has passed, then its key's later entries.
 #[tokio::test(start_paused = true)]
 async fn on_a_claiming_subscription_a_retry_runs_again_after_min_idle() {
-    let (broker, app) = start_fresh(held_claim).await;
-    publish(&broker, "held-claim", &[(1, "a"), (2, "a")]).await;
-    settle().await;
+    let (broker, app) = start_with(held_claim, "held-claim", &[(1, "a"), (2, "a")]).await;
     advance(Duration::from_secs(5), 4).await;
     assert_eq!(runs(&CLAIM_RUNS).len(), 1, "entry 2 waits behind entry 1");
     advance(Duration::from_secs(5), 4).await;
@@ -147,9 +157,7 @@ async fn held_bound(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 /// then dead-lettered, and its key moves on.
 #[tokio::test(start_paused = true)]
 async fn at_max_deliveries_a_held_entry_is_dead_lettered_and_its_key_moves_on() {
-    let (broker, app) = start_fresh(held_bound).await;
-    publish(&broker, "held-bound", &[(1, "a"), (2, "a")]).await;
-    settle().await;
+    let (broker, app) = start_with(held_bound, "held-bound", &[(1, "a"), (2, "a")]).await;
     advance(Duration::from_millis(100), 5).await;
     let order: Vec<(u64, u32)> = runs(&BOUND_RUNS).iter().map(|(n, c, _)| (*n, *c)).collect();
     assert_eq!(order, [(1, 0), (1, 1), (1, 2), (2, 0)]);
@@ -179,9 +187,7 @@ async fn held_stop(job: &Job) -> HandlerOutcome {
 /// back, owed at once, and another consumer gets them in stream order.
 #[tokio::test(start_paused = true)]
 async fn shutdown_hands_back_a_held_entry_before_its_keys_later_entries() {
-    let (broker, app) = start_fresh(held_stop).await;
-    publish(&broker, "held-stop", &[(1, "a"), (2, "a"), (3, "a")]).await;
-    settle().await;
+    let (broker, app) = start_with(held_stop, "held-stop", &[(1, "a"), (2, "a"), (3, "a")]).await;
     advance(Duration::from_secs(1), 3).await;
     app.shutdown().await;
     let batch = broker
@@ -220,9 +226,7 @@ async fn slow(job: &Job) {
 /// counts no delivery.
 #[tokio::test(start_paused = true)]
 async fn a_slow_handler_keeps_its_claim_and_runs_once() {
-    let (broker, app) = start_fresh(slow).await;
-    publish(&broker, "slow", &[(1, ""), (2, "")]).await;
-    settle().await;
+    let (broker, app) = start_with(slow, "slow", &[(1, ""), (2, "")]).await;
     let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
     for _ in 0..(3 * 30 / 5 + 2) {
         advance(Duration::from_secs(5), 1).await;
@@ -252,9 +256,7 @@ async fn by_hand(_job: &Job, ctx: &mut Context<'_>) {
 /// claiming reader finds nothing idle, and the delivery count is unchanged.
 #[tokio::test(start_paused = true)]
 async fn a_handler_can_extend_its_claim_by_hand() {
-    let (broker, app) = start_fresh(by_hand).await;
-    publish(&broker, "by-hand", &[(1, "")]).await;
-    settle().await;
+    let (broker, app) = start_with(by_hand, "by-hand", &[(1, "")]).await;
     advance(MIN_IDLE * 2 + Duration::from_secs(1), 1).await;
     let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
     let stolen = broker

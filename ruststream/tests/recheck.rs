@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ruststream::prelude::*;
-use ruststream::{Broker, BrokerFuture, EntryId, ReadBatch, ReadMode, ReadRequest, forward_broker};
+use ruststream::{
+    Broker, BrokerFuture, EntryId, ReadBatch, ReadMode, ReadRequest, Subscriber, forward_broker,
+};
 use support::{Job, advance, group_info, publish_jobs, refused, start_fresh_named};
 
 /// A memory broker whose next `fail_new_reads` non-own-pending reads fail
@@ -63,6 +65,21 @@ impl Broker for Down {
     );
 }
 
+/// An app on a fresh [`Down`] broker running `subscriber`, with one job
+/// published to `stream` and its handler (which counts its runs in `runs`)
+/// started once.
+async fn start_running_one(
+    subscriber: impl Subscriber,
+    stream: &str,
+    runs: &AtomicUsize,
+) -> (Down, ruststream::Running) {
+    let (down, app) = start_fresh_named::<Down>("test", subscriber).await;
+    publish_jobs(&down.inner, stream, [1]).await;
+    advance(Duration::from_millis(100), 5).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    (down, app)
+}
+
 // ---- the re-check read dead-letters an entry the lanes hold -------------------------
 
 static SLOW_RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -78,10 +95,7 @@ async fn recheck_dead(_job: &Job) {
 /// it runs, and its ack lands.
 #[tokio::test(start_paused = true)]
 async fn a_recheck_does_not_dead_letter_an_entry_its_lane_still_runs() {
-    let (down, app) = start_fresh_named::<Down>("test", recheck_dead).await;
-    publish_jobs(&down.inner, "recheck-dead", [1]).await;
-    advance(Duration::from_millis(100), 5).await;
-    assert_eq!(SLOW_RUNS.load(Ordering::SeqCst), 1);
+    let (down, app) = start_running_one(recheck_dead, "recheck-dead", &SLOW_RUNS).await;
     // Two failed reads, some seconds apart, while the handler runs.
     down.fail_new_reads.store(1, Ordering::SeqCst);
     advance(Duration::from_secs(1), 8).await;
@@ -112,10 +126,7 @@ async fn recheck_dup(_job: &Job) {
 /// ack and does not run the entry again.
 #[tokio::test(start_paused = true)]
 async fn a_recheck_does_not_rerun_an_entry_whose_ack_is_on_its_way() {
-    let (down, app) = start_fresh_named::<Down>("test", recheck_dup).await;
-    publish_jobs(&down.inner, "recheck-dup", [1]).await;
-    advance(Duration::from_millis(100), 5).await;
-    assert_eq!(OUTAGE_RUNS.load(Ordering::SeqCst), 1);
+    let (down, app) = start_running_one(recheck_dup, "recheck-dup", &OUTAGE_RUNS).await;
     // The outage starts: the blocking read in flight returns empty at ~5 s
     // and the next one fails; the handler ends at ~7 s, its ack fails.
     down.reads_down.store(true, Ordering::SeqCst);

@@ -57,8 +57,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ruststream_core::{
-    Broker, BrokerError, Delivery, EntryId, Headers, Message, ReadBatch, ReadMode, ReadRequest,
-    Retry, StreamStart, Trim,
+    Broker, BrokerError, DeadLetter, Delivery, EntryId, Headers, Message, PendingEntry, ReadBatch,
+    ReadMode, ReadRequest, Retry, StreamStart, Trim,
 };
 
 mod chaos;
@@ -288,6 +288,14 @@ impl Target {
         );
     }
 
+    /// A stream named for this run with the group `G` created on it,
+    /// starting at new entries.
+    async fn new_group(&self, name: &str) -> String {
+        let stream = self.stream(name);
+        self.group_at(&stream, G, StreamStart::New).await;
+        stream
+    }
+
     async fn read(
         &self,
         stream: &str,
@@ -340,10 +348,31 @@ impl Target {
         batch
     }
 
+    /// Whether a claiming read by `consumer` finds nothing to hand out.
+    async fn claims_nothing(&self, stream: &str, consumer: &str) -> bool {
+        self.claiming(stream, consumer, 10).await.is_empty()
+    }
+
     async fn bounded_claim(&self, stream: &str, max_deliveries: u32) -> ReadBatch {
         let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
         let request = ReadRequest::new(stream, G, "w", mode, 10).max_deliveries(max_deliveries);
         self.claiming_read(request).await
+    }
+
+    /// The first ten entries of the group `G`'s pending list.
+    async fn pending_list(&self, stream: &str) -> Vec<PendingEntry> {
+        self.broker
+            .pending(stream, G, EntryId::ZERO, 10, None)
+            .await
+            .unwrap()
+    }
+
+    /// The first ten of the group `G`'s dead letters.
+    async fn dead_list(&self, stream: &str) -> Vec<DeadLetter> {
+        self.broker
+            .dead_letters(stream, G, EntryId::ZERO, 10)
+            .await
+            .unwrap()
     }
 
     async fn pending_count(&self, stream: &str) -> u64 {
@@ -386,8 +415,7 @@ pub async fn ids_are_strictly_increasing(t: Target) {
 /// Payload bytes and headers come back exactly as published, through a
 /// range read and through a group read.
 pub async fn payload_and_headers_round_trip_exactly(t: Target) {
-    let s = t.stream("roundtrip");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("roundtrip").await;
     let payload: Vec<u8> = (0..=255u8).chain([0, 0, 255]).collect();
     let mut headers = Headers::new();
     headers.insert("tenant", "acme");
@@ -530,8 +558,7 @@ pub async fn start_at_moves_an_existing_cursor(t: Target) {
 
 /// Each new entry goes to exactly one consumer of the group.
 pub async fn two_consumers_in_one_group_get_disjoint_sets(t: Target) {
-    let s = t.stream("disjoint");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("disjoint").await;
     let items: Vec<String> = (0..20).map(|i| format!("job-{i}")).collect();
     let refs: Vec<&str> = items.iter().map(String::as_str).collect();
     t.publish_all(&s, &refs).await;
@@ -578,16 +605,12 @@ pub async fn independent_groups_each_get_everything(t: Target) {
 
 /// While a claim stands, no read hands the entry out again.
 pub async fn an_offset_in_flight_is_not_handed_out_again(t: Target) {
-    let s = t.stream("in-flight");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("in-flight").await;
     t.publish_all(&s, &["a"]).await;
     assert_eq!(texts(&t.read_new(&s, "c1", 10).await), ["a"]);
     assert!(t.read_new(&s, "c2", 10).await.is_empty());
     t.advance(MIN_IDLE / 2).await;
-    assert!(
-        t.claiming(&s, "c2", 10).await.is_empty(),
-        "claim still stands"
-    );
+    assert!(t.claims_nothing(&s, "c2").await, "claim still stands");
     let reclaim = ReadMode::Reclaim { min_idle: MIN_IDLE };
     assert!(t.read(&s, G, "c3", reclaim, 10).await.is_empty());
     assert_eq!(t.pending_count(&s).await, 1);
@@ -595,17 +618,12 @@ pub async fn an_offset_in_flight_is_not_handed_out_again(t: Target) {
 
 /// A pending entry records its owner, delivery count and idle time.
 pub async fn pending_entries_record_owner_count_and_idle_time(t: Target) {
-    let s = t.stream("pending-record");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("pending-record").await;
     let sent = t.publish_all(&s, &["a", "b"]).await;
     t.read_new(&s, "c1", 1).await;
     t.read_new(&s, "c2", 1).await;
     t.advance(Duration::from_millis(120)).await;
-    let pending = t
-        .broker
-        .pending(&s, G, EntryId::ZERO, 10, None)
-        .await
-        .unwrap();
+    let pending = t.pending_list(&s).await;
     assert_eq!(pending.len(), 2);
     assert_eq!(pending[0].id, sent[0]);
     assert_eq!(pending[0].consumer.as_deref(), Some("c1"));
@@ -625,8 +643,7 @@ pub async fn pending_entries_record_owner_count_and_idle_time(t: Target) {
 
 /// An entry idle for min_idle goes to another consumer, count +1.
 pub async fn a_lapsed_claim_is_handed_out_again(t: Target) {
-    let s = t.stream("lapsed");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("lapsed").await;
     let sent = t.publish_all(&s, &["a"]).await;
     let first = t.read_new(&s, "crashed", 10).await;
     assert_eq!(counts(&first), [0]);
@@ -639,29 +656,21 @@ pub async fn a_lapsed_claim_is_handed_out_again(t: Target) {
         "a first recovery reports one earlier delivery"
     );
     assert!(claimed.deliveries[0].idle_ms >= MIN_IDLE.as_millis() as u64);
-    let pending = t
-        .broker
-        .pending(&s, G, EntryId::ZERO, 10, None)
-        .await
-        .unwrap();
+    let pending = t.pending_list(&s).await;
     assert_eq!(
         pending[0].consumer.as_deref(),
         Some("rescuer"),
         "ownership moved"
     );
     assert_eq!(pending[0].times_delivered, 2);
-    assert!(
-        t.claiming(&s, "third", 10).await.is_empty(),
-        "the new claim stands"
-    );
+    assert!(t.claims_nothing(&s, "third").await, "the new claim stands");
 }
 
 /// Extending a claim restarts the entry's idle time without counting a
 /// delivery: it is not claimable until `min_idle` after the extension, and
 /// is then claimed with the count it had.
 pub async fn an_extended_claim_stands_for_min_idle_from_the_extension(t: Target) {
-    let s = t.stream("extend-claim");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("extend-claim").await;
     let sent = t.publish_all(&s, &["slow", "crashed"]).await;
     assert_eq!(
         texts(&t.read_new(&s, "worker", 10).await),
@@ -702,8 +711,7 @@ pub async fn an_extended_claim_stands_for_min_idle_from_the_extension(t: Target)
 /// so does a consumer the group does not know. Names and the group are
 /// checked as by every call.
 pub async fn extending_a_claim_the_consumer_does_not_hold_changes_nothing(t: Target) {
-    let s = t.stream("extend-other");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("extend-other").await;
     let sent = t
         .publish_all(&s, &["mine", "theirs", "owed", "unread"])
         .await;
@@ -756,8 +764,7 @@ pub async fn extending_a_claim_the_consumer_does_not_hold_changes_nothing(t: Tar
 
 /// Owed entries (here: idle ones) go out before new ones.
 pub async fn owed_records_go_out_before_new_ones(t: Target) {
-    let s = t.stream("owed-first");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("owed-first").await;
     t.publish_all(&s, &["old-1", "old-2"]).await;
     t.read_new(&s, "crashed", 10).await;
     t.advance(MIN_IDLE).await;
@@ -780,8 +787,7 @@ pub async fn owed_records_go_out_before_new_ones(t: Target) {
 
 /// Reclaim reads take idle entries only, never new ones.
 pub async fn reclaim_never_hands_out_new_entries(t: Target) {
-    let s = t.stream("reclaim-only");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("reclaim-only").await;
     t.publish_all(&s, &["a"]).await;
     t.read_new(&s, "crashed", 10).await;
     t.publish_all(&s, &["b"]).await;
@@ -796,8 +802,7 @@ pub async fn reclaim_never_hands_out_new_entries(t: Target) {
 
 /// A restarted consumer re-reads its own pending entries, and only its own.
 pub async fn a_consumer_rereads_its_own_pending_after_a_restart(t: Target) {
-    let s = t.stream("own-pending");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("own-pending").await;
     t.publish_all(&s, &["a", "b", "c", "d"]).await;
     t.read_new(&s, "stable", 2).await;
     t.read_new(&s, "other", 1).await;
@@ -817,8 +822,7 @@ pub async fn a_consumer_rereads_its_own_pending_after_a_restart(t: Target) {
 /// long: one whose claim was refreshed (a live process sharing the name
 /// still works on it) is passed over until `min_idle` after the refresh.
 pub async fn an_own_pending_read_with_min_idle_passes_over_fresh_entries(t: Target) {
-    let s = t.stream("own-pending-idle");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("own-pending-idle").await;
     t.publish_all(&s, &["a", "b", "c"]).await;
     let sent = ids(&t.read_new(&s, "shared", 3).await);
     let stale = ReadMode::OwnPending {
@@ -860,8 +864,7 @@ pub async fn an_own_pending_read_with_min_idle_passes_over_fresh_entries(t: Targ
 /// for `min_idle`; a deleted name that reads again joins anew, and an
 /// unknown one is not deleted.
 pub async fn only_an_idle_consumer_holding_nothing_is_deleted(t: Target) {
-    let s = t.stream("delete-consumer");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("delete-consumer").await;
     t.publish_all(&s, &["a", "b"]).await;
     let done = ids(&t.read_new(&s, "done", 1).await);
     t.broker.ack(&s, G, &done).await.unwrap();
@@ -892,8 +895,7 @@ pub async fn only_an_idle_consumer_holding_nothing_is_deleted(t: Target) {
 
 /// Ack removes entries from pending; acking again or an unknown id is a no-op.
 pub async fn ack_is_idempotent(t: Target) {
-    let s = t.stream("ack");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("ack").await;
     t.publish_all(&s, &["a", "b"]).await;
     let batch = t.read_new(&s, "c1", 10).await;
     let got = ids(&batch);
@@ -904,7 +906,7 @@ pub async fn ack_is_idempotent(t: Target) {
     assert_eq!(t.pending_count(&s).await, 0);
     t.advance(MIN_IDLE).await;
     assert!(
-        t.claiming(&s, "c2", 10).await.is_empty(),
+        t.claims_nothing(&s, "c2").await,
         "acked entries never come back"
     );
 }
@@ -913,8 +915,7 @@ pub async fn ack_is_idempotent(t: Target) {
 
 /// A retry with a delay is owed after the delay, not before.
 pub async fn a_retry_with_delay_is_owed_after_the_delay_not_before(t: Target) {
-    let s = t.stream("retry-after");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("retry-after").await;
     t.publish_all(&s, &["a"]).await;
     let got = ids(&t.read_new(&s, "c1", 10).await);
     let delay = Duration::from_millis(500);
@@ -927,7 +928,7 @@ pub async fn a_retry_with_delay_is_owed_after_the_delay_not_before(t: Target) {
     );
     t.advance(delay - Duration::from_millis(100)).await;
     assert!(
-        t.claiming(&s, "c2", 10).await.is_empty(),
+        t.claims_nothing(&s, "c2").await,
         "not owed before the delay"
     );
     assert!(t.read_new(&s, "c2", 10).await.is_empty());
@@ -940,19 +941,14 @@ pub async fn a_retry_with_delay_is_owed_after_the_delay_not_before(t: Target) {
 
 /// An immediate nack makes the entry owed at once, to any consumer.
 pub async fn an_immediate_nack_is_owed_at_once(t: Target) {
-    let s = t.stream("nack");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("nack").await;
     t.publish_all(&s, &["a"]).await;
     let got = ids(&t.read_new(&s, "c1", 10).await);
     t.broker
         .retry(&s, G, &got, Retry::After(Duration::ZERO))
         .await
         .unwrap();
-    let pending = t
-        .broker
-        .pending(&s, G, EntryId::ZERO, 10, None)
-        .await
-        .unwrap();
+    let pending = t.pending_list(&s).await;
     assert_eq!(pending[0].consumer, None, "an owed entry is held by nobody");
     assert_eq!(pending[0].owed_in_ms, Some(0));
     let again = t.claiming(&s, "c2", 10).await;
@@ -963,17 +959,12 @@ pub async fn an_immediate_nack_is_owed_at_once(t: Target) {
 /// Retry with copy: the original is acked, a copy goes behind the entries
 /// appended meanwhile, carrying the original's delivery count.
 pub async fn a_retry_copy_goes_behind_newer_entries_and_keeps_its_count(t: Target) {
-    let s = t.stream("retry-copy");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("retry-copy").await;
     t.publish_all(&s, &["a"]).await;
     let got = ids(&t.read_new(&s, "c1", 10).await);
     t.publish_all(&s, &["b"]).await;
     assert_eq!(t.broker.retry(&s, G, &got, Retry::Copy).await.unwrap(), 1);
-    let pending = t
-        .broker
-        .pending(&s, G, EntryId::ZERO, 10, None)
-        .await
-        .unwrap();
+    let pending = t.pending_list(&s).await;
     assert!(
         pending.iter().all(|p| p.id != got[0]),
         "the original is acked"
@@ -1017,8 +1008,7 @@ pub async fn a_retry_copy_is_only_for_its_group(t: Target) {
 
 /// An entry delivered max_deliveries times is dead-lettered, not handed out.
 pub async fn a_record_is_given_up_on_after_the_attempt_bound(t: Target) {
-    let s = t.stream("attempt-bound");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("attempt-bound").await;
     let sent = t.publish_all(&s, &["poison", "fine"]).await;
     let bounded = |consumer| {
         ReadRequest::new(
@@ -1054,11 +1044,7 @@ pub async fn a_record_is_given_up_on_after_the_attempt_bound(t: Target) {
         "given up after {deliveries} deliveries"
     );
     assert_eq!(texts(&batch), ["fine"], "the queue moves on");
-    let dead = t
-        .broker
-        .dead_letters(&s, G, EntryId::ZERO, 10)
-        .await
-        .unwrap();
+    let dead = t.dead_list(&s).await;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].times_delivered, 3);
     assert!(
@@ -1071,8 +1057,7 @@ pub async fn a_record_is_given_up_on_after_the_attempt_bound(t: Target) {
 
 /// Dead letters are listed with their reason, count and entry.
 pub async fn dead_letters_are_listed_with_reason_and_count(t: Target) {
-    let s = t.stream("dead-list");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("dead-list").await;
     t.publish_all(&s, &["bad", "ok"]).await;
     let got = ids(&t.read_new(&s, "c1", 10).await);
     t.advance(MIN_IDLE).await;
@@ -1114,8 +1099,7 @@ pub async fn dead_letters_are_listed_with_reason_and_count(t: Target) {
 
 /// A redriven dead letter is handed out again.
 pub async fn a_redriven_record_is_handed_out_again(t: Target) {
-    let s = t.stream("redrive");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("redrive").await;
     t.publish_all(&s, &["a"]).await;
     let got = ids(&t.read_new(&s, "c1", 10).await);
     t.broker.dead_letter(&s, G, &got, "bug").await.unwrap();
@@ -1128,19 +1112,12 @@ pub async fn a_redriven_record_is_handed_out_again(t: Target) {
     );
     let again = t.read_new(&s, "c2", 10).await;
     assert_eq!(ids(&again), got);
-    assert!(
-        t.broker
-            .dead_letters(&s, G, EntryId::ZERO, 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(t.dead_list(&s).await.is_empty());
 }
 
 /// A redriven record's delivery count starts again from zero.
 pub async fn a_redriven_record_gets_its_attempts_back(t: Target) {
-    let s = t.stream("redrive-attempts");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("redrive-attempts").await;
     let sent = t.publish_all(&s, &["a"]).await;
     assert_eq!(counts(&t.bounded_claim(&s, 2).await), [0]);
     t.advance(MIN_IDLE).await;
@@ -1156,18 +1133,13 @@ pub async fn a_redriven_record_gets_its_attempts_back(t: Target) {
         [1],
         "and the bound applies afresh"
     );
-    let pending = t
-        .broker
-        .pending(&s, G, EntryId::ZERO, 10, None)
-        .await
-        .unwrap();
+    let pending = t.pending_list(&s).await;
     assert_eq!(pending[0].times_delivered, 2);
 }
 
 /// Redrive does not move the group's cursor: finished work stays finished.
 pub async fn redrive_does_not_move_the_cursor(t: Target) {
-    let s = t.stream("redrive-cursor");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("redrive-cursor").await;
     t.publish_all(&s, &["a", "b", "c"]).await;
     let got = ids(&t.read_new(&s, "c1", 10).await);
     t.broker.ack(&s, G, &got[1..]).await.unwrap();
@@ -1187,8 +1159,7 @@ pub async fn redrive_does_not_move_the_cursor(t: Target) {
 
 /// Discard drops a dead letter for good.
 pub async fn discard_drops_a_dead_letter(t: Target) {
-    let s = t.stream("discard");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("discard").await;
     t.publish_all(&s, &["a"]).await;
     let got = ids(&t.read_new(&s, "c1", 10).await);
     t.broker
@@ -1197,13 +1168,7 @@ pub async fn discard_drops_a_dead_letter(t: Target) {
         .unwrap();
     assert_eq!(t.broker.discard(&s, G, &got).await.unwrap(), 1);
     assert_eq!(t.broker.discard(&s, G, &got).await.unwrap(), 0);
-    assert!(
-        t.broker
-            .dead_letters(&s, G, EntryId::ZERO, 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(t.dead_list(&s).await.is_empty());
     assert_eq!(t.broker.redrive(&s, G, &got).await.unwrap(), 0);
     let info = t.broker.group_info(&s, G).await.unwrap();
     assert_eq!((info.pending, info.dead_letters), (0, 0));
@@ -1212,19 +1177,14 @@ pub async fn discard_drops_a_dead_letter(t: Target) {
 /// Trimming never loses a dead letter or a pending entry: both can still be
 /// redriven or claimed, with their payloads.
 pub async fn dead_letters_and_pending_entries_survive_trimming(t: Target) {
-    let s = t.stream("trim-pinned");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("trim-pinned").await;
     t.publish_all(&s, &["dead", "held", "done"]).await;
     let got = ids(&t.read_new(&s, "c1", 10).await);
     t.broker.dead_letter(&s, G, &got[..1], "bug").await.unwrap();
     t.broker.ack(&s, G, &got[2..]).await.unwrap();
     t.publish_all(&s, &["x", "y"]).await;
     t.broker.trim(&s, Trim::MaxLen(1)).await.unwrap();
-    let dead = t
-        .broker
-        .dead_letters(&s, G, EntryId::ZERO, 10)
-        .await
-        .unwrap();
+    let dead = t.dead_list(&s).await;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].entry.payload(), b"dead");
     t.advance(MIN_IDLE).await;
@@ -1241,11 +1201,7 @@ pub async fn dead_letters_and_pending_entries_survive_trimming(t: Target) {
             ["y"],
             "the trimmed pending entry is acked away, and the read moves on"
         );
-        let pending = t
-            .broker
-            .pending(&s, G, EntryId::ZERO, 10, None)
-            .await
-            .unwrap();
+        let pending = t.pending_list(&s).await;
         assert!(
             pending.iter().all(|p| p.id != got[1]),
             "a trimmed pending entry is not retried forever: {pending:?}"
@@ -1263,8 +1219,7 @@ pub async fn dead_letters_and_pending_entries_survive_trimming(t: Target) {
 /// A retry copy not yet read by its group is the only record of owed work
 /// (its original is acked), so trimming keeps it.
 pub async fn a_retry_copy_survives_trimming_until_read(t: Target) {
-    let s = t.stream("trim-copy");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("trim-copy").await;
     t.publish_all(&s, &["a"]).await;
     let got = ids(&t.read_new(&s, "c1", 10).await);
     t.broker.retry(&s, G, &got, Retry::Copy).await.unwrap();
@@ -1288,8 +1243,7 @@ pub async fn a_retry_copy_survives_trimming_until_read(t: Target) {
 
 /// Lag, pending and dead-letter counts and the cursor follow every step.
 pub async fn lag_and_pending_counts_are_right_after_each_step(t: Target) {
-    let s = t.stream("counts");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("counts").await;
     let info = t.broker.group_info(&s, G).await.unwrap();
     assert_eq!(
         (info.lag, info.pending, info.dead_letters, info.consumers),
@@ -1317,8 +1271,7 @@ pub async fn lag_and_pending_counts_are_right_after_each_step(t: Target) {
 
 /// Consumer info reports each consumer's pending count and idle time.
 pub async fn consumer_info_reports_pending_and_idle_time(t: Target) {
-    let s = t.stream("consumers");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("consumers").await;
     t.publish_all(&s, &["a", "b", "c"]).await;
     t.read_new(&s, "alpha", 2).await;
     t.advance(Duration::from_millis(200)).await;
@@ -1356,8 +1309,7 @@ pub async fn the_stream_listing_names_every_stream(t: Target) {
 
 /// A blocking read wakes as soon as an entry arrives.
 pub async fn a_blocking_read_wakes_when_an_entry_arrives(t: Target) {
-    let s = t.stream("block-wake");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("block-wake").await;
     let broker = Arc::clone(&t.broker);
     let stream = s.clone();
     let producer = tokio::spawn(async move {
@@ -1380,8 +1332,7 @@ pub async fn a_blocking_read_wakes_when_an_entry_arrives(t: Target) {
 /// A blocking read with nothing to return gives up after its block time with
 /// an empty batch, not an error.
 pub async fn a_blocking_read_returns_an_empty_batch_after_its_block_time(t: Target) {
-    let s = t.stream("block-timeout");
-    t.group_at(&s, G, StreamStart::New).await;
+    let s = t.new_group("block-timeout").await;
     let started = tokio::time::Instant::now();
     let block = Duration::from_millis(400);
     let request = ReadRequest::new(&s, G, "c1", ReadMode::New, 10).block(block);

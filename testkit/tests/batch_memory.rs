@@ -8,7 +8,7 @@ mod batch_scenarios;
 
 use batch_scenarios::{Job, stream};
 use ruststream::prelude::*;
-use ruststream::{MemoryBroker, Settlement};
+use ruststream::{MemoryBroker, Settlement, Subscriber};
 use ruststream_testkit::TestApp;
 
 batch_scenarios::batch_scenario_tests!(
@@ -28,10 +28,21 @@ async fn ledger(jobs: Vec<Job>) -> Result<(), String> {
     Ok(())
 }
 
-fn app() -> impl App {
-    RustStream::new(AppInfo::new("ledger", "0")).with_broker(MemoryBroker::new(), |b| {
-        b.include(ledger);
-    })
+/// The app `ledger` on a fresh memory broker running `subscriber` alone,
+/// started, with a job for each of `jobs` published to `stream`.
+async fn start_with(
+    subscriber: impl Subscriber,
+    stream: &str,
+    jobs: impl IntoIterator<Item = u64>,
+) -> TestApp {
+    let app = RustStream::new(AppInfo::new("ledger", "0")).with_broker(MemoryBroker::new(), |b| {
+        b.include(subscriber);
+    });
+    let tb = TestApp::start(app).await.unwrap();
+    for n in jobs {
+        tb.publish(&Job { n }).to(stream).await.unwrap();
+    }
+    tb
 }
 
 /// `run_until_quiet` counts a gathering batch as waiting on the clock, and
@@ -39,12 +50,8 @@ fn app() -> impl App {
 /// before. Full batches run at once; a failing batch retries every entry.
 #[tokio::test]
 async fn testkit_drives_a_batch_on_the_paused_clock() {
-    let tb = TestApp::start(app()).await;
-    let tb = tb.unwrap();
     let stream = stream("testkit");
-    for n in 0..7 {
-        tb.publish(&Job { n }).to(&stream).await.unwrap();
-    }
+    let tb = start_with(ledger, &stream, 0..7).await;
     tb.run_until_quiet().await;
     assert_eq!(tb.received("ledger").len(), 5, "the full batch ran at once");
     tb.advance(Duration::from_millis(999)).await;
@@ -84,14 +91,8 @@ async fn explodes_once(jobs: Vec<Job>) {
 /// run as a batch of their own and are acked.
 #[tokio::test]
 async fn a_panic_retries_the_whole_batch() {
-    let app = RustStream::new(AppInfo::new("ledger", "0")).with_broker(MemoryBroker::new(), |b| {
-        b.include(explodes_once);
-    });
-    let tb = TestApp::start(app).await.unwrap();
     let stream = stream("panic");
-    for n in 0..3 {
-        tb.publish(&Job { n }).to(&stream).await.unwrap();
-    }
+    let tb = start_with(explodes_once, &stream, 0..3).await;
     tb.run_until_quiet().await;
     let received = tb.received("explodes_once");
     let reasons: Vec<String> = received
@@ -139,14 +140,8 @@ async fn gathers_for_an_hour(jobs: Vec<Job>) {
 /// its hour, and its entries are acked.
 #[tokio::test]
 async fn shutdown_runs_a_gathering_batch() {
-    let app = RustStream::new(AppInfo::new("ledger", "0")).with_broker(MemoryBroker::new(), |b| {
-        b.include(gathers_for_an_hour);
-    });
-    let tb = TestApp::start(app).await.unwrap();
     let stream = stream("stop");
-    for n in 0..2 {
-        tb.publish(&Job { n }).to(&stream).await.unwrap();
-    }
+    let tb = start_with(gathers_for_an_hour, &stream, 0..2).await;
     tb.run_until_quiet().await;
     assert!(AT_STOP.lock().unwrap().is_empty(), "still gathering");
     let broker = tb.broker().clone();

@@ -46,14 +46,9 @@ async fn kill_9_loses_nothing_and_skips_nothing() {
         seen.take(&out, round);
         let broker = FileLogBroker::open(&dir)
             .unwrap_or_else(|e| panic!("round {round}: reopen failed: {e}"));
-        let (entries, pending) = seen.check(&broker, round).await;
-        println!("round {round:2}: killed after {life:?}; {entries} entries, {pending} pending");
+        seen.check_kill(&broker, round, life).await;
     }
-    assert!(
-        seen.published.len() > 1000,
-        "the child published too little to test: {}",
-        seen.published.len()
-    );
+    seen.assert_published_enough("the child");
 
     // A last child drains both groups: what killed children held comes
     // back to it by claiming (`workers`) and by its own pending list

@@ -49,14 +49,9 @@ async fn kill_9_on_redis_loses_nothing_and_skips_nothing() {
         let life = Duration::from_millis(100 + rng.below(400));
         let out = run_and_kill(&mut child(&url), life).await;
         seen.take(&out, round);
-        let (entries, pending) = seen.check(&broker, round).await;
-        println!("round {round:2}: killed after {life:?}; {entries} entries, {pending} pending");
+        seen.check_kill(&broker, round, life).await;
     }
-    assert!(
-        seen.published.len() > 1000,
-        "the children published too little to test: {}",
-        seen.published.len()
-    );
+    seen.assert_published_enough("the children");
 
     // A last child drains both groups: what killed children held comes
     // back to it through its own pending lists (and `reclaim`).

@@ -53,8 +53,11 @@ async fn start(broker: Arc<dyn Broker>) -> Running {
         .unwrap()
 }
 
-async fn publish(app: &Running, job: Job) {
+/// The app on a fresh memory broker, with `job` published.
+async fn start_with(job: Job) -> Running {
+    let app = start(Arc::new(MemoryBroker::new())).await;
     app.publisher().unwrap().publish(&job).await.unwrap();
+    app
 }
 
 /// Lets the paused clock run for `d`.
@@ -66,12 +69,25 @@ fn reasons(app: &Running) -> String {
     app.readiness().to_string()
 }
 
+/// Asserts that the app is ready, showing its reasons if not.
+#[track_caller]
+fn assert_ready(app: &Running) {
+    assert!(app.readiness().is_ready(), "{}", reasons(app));
+}
+
+/// Asserts that the app's readiness report contains `reason`.
+#[track_caller]
+fn assert_reason(app: &Running, reason: &str) {
+    let why = reasons(app);
+    assert!(why.contains(reason), "{why}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn failing_reads_make_the_app_not_ready_past_the_window() {
     let faulty = Arc::new(FaultyBroker::new(Arc::new(MemoryBroker::new()), 1));
     let app = start(Arc::clone(&faulty) as Arc<dyn Broker>).await;
     pass(Duration::from_secs(1)).await;
-    assert!(app.readiness().is_ready(), "{}", reasons(&app));
+    assert_ready(&app);
 
     faulty.outage(&[CallKind::Read], Duration::from_secs(90));
     pass(Duration::from_secs(20)).await;
@@ -81,62 +97,51 @@ async fn failing_reads_make_the_app_not_ready_past_the_window() {
         reasons(&app)
     );
     pass(Duration::from_secs(20)).await;
-    let why = reasons(&app);
     assert!(!app.readiness().is_ready());
-    assert!(why.contains("`work`: reads have failed for"), "{why}");
+    assert_reason(&app, "`work`: reads have failed for");
 
     // The outage ends; the next read (after the backoff) succeeds.
     pass(Duration::from_secs(60)).await;
-    assert!(app.readiness().is_ready(), "{}", reasons(&app));
+    assert_ready(&app);
+    app.shutdown().await;
+}
+
+/// A job whose handler runs for ten minutes.
+const SLOW: Job = Job {
+    slow: true,
+    poison: false,
+};
+
+/// A job whose handler always fails.
+const POISON: Job = Job {
+    slow: false,
+    poison: true,
+};
+
+/// Publishes `job` to the app on a fresh memory broker, then lets the
+/// clock pass: the app is ready after `ready` s, not ready with `reason`
+/// after `gone` s more, and ready again after `back` s more.
+async fn ready_then_not_then_ready(job: Job, ready: u64, (gone, reason): (u64, &str), back: u64) {
+    let app = start_with(job).await;
+    pass(Duration::from_secs(ready)).await;
+    assert_ready(&app);
+    pass(Duration::from_secs(gone)).await;
+    assert_reason(&app, reason);
+    pass(Duration::from_secs(back)).await;
+    assert_ready(&app);
     app.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_handler_past_its_deadline_makes_the_app_not_ready_until_it_ends() {
-    let app = start(Arc::new(MemoryBroker::new())).await;
-    publish(
-        &app,
-        Job {
-            slow: true,
-            poison: false,
-        },
-    )
-    .await;
-    pass(Duration::from_secs(59)).await;
-    assert!(app.readiness().is_ready(), "{}", reasons(&app));
-    pass(Duration::from_secs(2)).await;
-    let why = reasons(&app);
-    assert!(
-        why.contains("a handler has run for 61 s (deadline 60 s)"),
-        "{why}"
-    );
-    pass(Duration::from_secs(600)).await;
-    assert!(app.readiness().is_ready(), "{}", reasons(&app));
-    app.shutdown().await;
+    let reason = "a handler has run for 61 s (deadline 60 s)";
+    ready_then_not_then_ready(SLOW, 59, (2, reason), 600).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_poison_loop_makes_the_app_not_ready_until_the_entry_is_settled() {
-    let app = start(Arc::new(MemoryBroker::new())).await;
-    publish(
-        &app,
-        Job {
-            slow: false,
-            poison: true,
-        },
-    )
-    .await;
     // Deliveries at 0, 10, 20 and 30 s: the fourth is the first past 3.
-    pass(Duration::from_secs(25)).await;
-    assert!(app.readiness().is_ready(), "{}", reasons(&app));
-    pass(Duration::from_secs(10)).await;
-    let why = reasons(&app);
-    assert!(
-        why.contains("poison loop: 1 entry delivered more than 3 times"),
-        "{why}"
-    );
     // The sixth delivery fails at 50 s; the read at 60 s dead-letters it.
-    pass(Duration::from_secs(30)).await;
-    assert!(app.readiness().is_ready(), "{}", reasons(&app));
-    app.shutdown().await;
+    let reason = "poison loop: 1 entry delivered more than 3 times";
+    ready_then_not_then_ready(POISON, 25, (10, reason), 30).await;
 }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use ruststream::prelude::*;
 use ruststream::{Broker, EntryId, RedisBroker, RedisConfig, ReplicaAck};
 use support::redis_cluster::RedisCluster;
-use support::{Job, assert_none, stored_jobs, wait_until};
+use support::{Job, assert_none, start_app, stored_jobs, wait_until};
 
 const STREAM: &str = "failover-jobs";
 /// Jobs of the producer that waits for a replica are numbered from here.
@@ -92,13 +92,7 @@ async fn an_app_rides_out_a_master_failover_and_replica_acked_publishes_survive(
     let mut cluster = tokio::task::block_in_place(|| RedisCluster::start("failover"));
     let urls = cluster.urls();
     let broker = RedisBroker::cluster(urls.clone());
-    let running = RustStream::new(AppInfo::new("failover", "0"))
-        .with_shared_broker(Arc::new(broker.clone()) as Arc<dyn Broker>, |b| {
-            b.include(handler);
-        })
-        .start()
-        .await
-        .unwrap();
+    let running = start_app("failover", &broker, handler).await;
 
     let failed_over = Arc::new(AtomicBool::new(false));
     let plain = Arc::new(Producer {

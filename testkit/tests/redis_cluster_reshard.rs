@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use ruststream::prelude::*;
 use ruststream::{Broker, EntryId, RedisBroker};
 use support::redis_cluster::RedisCluster;
-use support::{Job, assert_none, stored_jobs, wait_until};
+use support::{Job, assert_none, start_app, stored_jobs, wait_until};
 
 const STREAM: &str = "reshard-jobs";
 const PACE: Duration = Duration::from_millis(3);
@@ -52,13 +52,7 @@ async fn an_app_keeps_consuming_while_its_slot_moves_to_another_master() {
     let started = Instant::now();
     let cluster = tokio::task::block_in_place(|| RedisCluster::start("reshard"));
     let broker = RedisBroker::cluster(cluster.urls());
-    let running = RustStream::new(AppInfo::new("reshard", "0"))
-        .with_shared_broker(Arc::new(broker.clone()) as Arc<dyn Broker>, |b| {
-            b.include(handler);
-        })
-        .start()
-        .await
-        .unwrap();
+    let running = start_app("reshard", &broker, handler).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let failed = Arc::new(AtomicU64::new(0));

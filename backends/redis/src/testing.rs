@@ -1,8 +1,12 @@
-//! What the unit tests share: the server they run against.
+//! What the unit tests share: the server they run against, fresh streams
+//! on it, and clearing them away.
 
 #![allow(clippy::unwrap_used)]
 
 use redis::aio::MultiplexedConnection;
+use ruststream_core::{Broker, StreamStart};
+
+use crate::RedisBroker;
 
 /// The server under test: `RUSTSTREAM_REDIS_URL`, default
 /// `redis://127.0.0.1:6379`.
@@ -14,4 +18,26 @@ pub(crate) fn url() -> String {
 pub(crate) async fn connection() -> MultiplexedConnection {
     let client = redis::Client::open(url().as_str()).unwrap();
     client.get_multiplexed_async_connection().await.unwrap()
+}
+
+/// A broker on the server under test, and a stream no other run uses
+/// (`rs-test:<token>:<what>`) with the group `g` created on it, starting at
+/// new entries.
+pub(crate) async fn stream_with_group(what: &str) -> (RedisBroker, String) {
+    let broker = RedisBroker::standalone(url());
+    let stream = format!("rs-test:{}:{what}", crate::unique_token());
+    broker
+        .ensure_group(&stream, "g", StreamStart::New)
+        .await
+        .unwrap();
+    (broker, stream)
+}
+
+/// Deletes `key` from the server.
+pub(crate) async fn delete(key: &str) {
+    let _: redis::Value = redis::cmd("DEL")
+        .arg(key)
+        .query_async(&mut connection().await)
+        .await
+        .unwrap();
 }

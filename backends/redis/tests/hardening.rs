@@ -17,7 +17,7 @@ use ruststream_core::{
     StreamStart, Trim,
 };
 use ruststream_redis::{ORIGINAL_ID_HEADER, RedisBroker};
-use support::{raw, unique, url, xrange};
+use support::{raw, unique, url, xpending, xrange};
 
 const G: &str = "g";
 
@@ -836,16 +836,7 @@ async fn an_ack_whose_owed_step_fails_leaves_each_entry_whole_and_a_repeat_finis
     spoil(&due).await;
     assert!(broker.ack(&s, G, &ids).await.is_err());
     unspoil(&due).await;
-    let mut cli = raw(0).await;
-    let held: Vec<Value> = redis::cmd("XPENDING")
-        .arg(&s)
-        .arg(G)
-        .arg("-")
-        .arg("+")
-        .arg(10)
-        .query_async(&mut cli)
-        .await
-        .unwrap();
+    let held = xpending(&s, G).await;
     assert!(held.is_empty(), "`a`, found by XACK, is acked: {held:?}");
     assert_eq!(
         pending_ids(&broker, &s).await,

@@ -13,7 +13,7 @@ use ruststream_core::{
     Broker, BrokerError, EntryId, Message, ReadBatch, ReadMode, ReadRequest, Retry, StreamStart,
 };
 use ruststream_redis::RedisBroker;
-use support::{kill_clients_of_db, raw, unique, url, url_db, xrange};
+use support::{kill_clients_of_db, raw, unique, url, url_db, xpending, xrange};
 
 fn text(v: &Value) -> String {
     match v {
@@ -127,7 +127,6 @@ async fn retry_copies_and_dead_letters_are_readable_by_other_clients() {
     let ids = deliver_one(&broker, &s, "ledger", "c", b"p").await;
     broker.retry(&s, "ledger", &ids, Retry::Copy).await.unwrap();
 
-    let mut cli = raw(0).await;
     let range = xrange(&s, "-", "+").await;
     let Value::Array(entries) = range else {
         panic!()
@@ -150,18 +149,7 @@ async fn retry_copies_and_dead_letters_are_readable_by_other_clients() {
     // The copy's pending record counts across copies once read.
     let copy = read_new(&broker, &s, "ledger", "c", 10).await;
     assert_eq!(copy.deliveries[0].delivery_count, 1);
-    let pending: Value = redis::cmd("XPENDING")
-        .arg(&s)
-        .arg("ledger")
-        .arg("-")
-        .arg("+")
-        .arg(10)
-        .query_async(&mut cli)
-        .await
-        .unwrap();
-    let Value::Array(rows) = pending else {
-        panic!()
-    };
+    let rows = xpending(&s, "ledger").await;
     let Value::Array(row) = &rows[0] else {
         panic!()
     };

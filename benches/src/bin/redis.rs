@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 use ruststream::prelude::*;
 use ruststream::{Broker, Message};
 use ruststream_benches::redis_loops::{self, BATCH};
-use ruststream_benches::{Payment, Probe, batches, counting, cpu, median, payload};
+use ruststream_benches::{Payment, Probe, batches, counting, cpu, median, payload, run_stream};
 use ruststream_redis::RedisBroker;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -70,17 +70,10 @@ fn url() -> String {
     std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
 
-/// The stream the subscribers read: set per run, before the app starts.
-static STREAM: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
-
-fn stream_name() -> String {
-    STREAM.lock().map(|s| s.clone()).unwrap_or_default()
-}
-
 static PROBE: Probe = Probe::new();
 
 #[subscriber(
-    RedisStream::new(stream_name()).group(GROUP).start_id(StreamStart::Beginning),
+    RedisStream::new(run_stream::name()).group(GROUP).start_id(StreamStart::Beginning),
     workers(8)
 )]
 async fn ledger_default(payment: &Payment) {
@@ -88,7 +81,7 @@ async fn ledger_default(payment: &Payment) {
 }
 
 #[subscriber(
-    RedisStream::new(stream_name()).group(GROUP).start_id(StreamStart::Beginning),
+    RedisStream::new(run_stream::name()).group(GROUP).start_id(StreamStart::Beginning),
     workers(8),
     prefetch(500)
 )]
@@ -97,7 +90,7 @@ async fn ledger_prefetch(payment: &Payment) {
 }
 
 #[subscriber(
-    RedisStream::new(stream_name()).group(GROUP).start_id(StreamStart::Beginning),
+    RedisStream::new(run_stream::name()).group(GROUP).start_id(StreamStart::Beginning),
     batch(max = 500, wait = 10ms)
 )]
 async fn ledger_batch(payments: Vec<Payment>) {
@@ -187,7 +180,7 @@ async fn consume_app(
     row: Row,
 ) -> BenchResult<Duration> {
     PROBE.arm(n);
-    *STREAM.lock().map_err(|_| "poisoned")? = stream.to_owned();
+    run_stream::set(stream)?;
     let started = Instant::now();
     let app = RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(broker.clone(), |b| {
         match row {
@@ -201,13 +194,7 @@ async fn consume_app(
         tokio::time::timeout(RUN_TIMEOUT, PROBE.done.notified()).await?;
     }
     // Every entry handled; now every ack settled.
-    loop {
-        let info = broker.group_info(stream, GROUP).await?;
-        if info.pending == 0 && info.lag == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_micros(200)).await;
-    }
+    redis_loops::until_settled(broker, stream, GROUP).await?;
     let elapsed = started.elapsed();
     running.shutdown().await;
     Ok(elapsed)

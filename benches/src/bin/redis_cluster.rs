@@ -32,7 +32,7 @@ use redis::cluster_async::ClusterConnection;
 use ruststream::prelude::*;
 use ruststream::{Broker, Message};
 use ruststream_benches::redis_loops;
-use ruststream_benches::{Payment, Probe, median, payload};
+use ruststream_benches::{Payment, Probe, median, payload, run_stream};
 use ruststream_redis::{RedisBroker, RedisConfig, ReplicaAck};
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -49,16 +49,10 @@ fn urls() -> Vec<String> {
     ruststream_redis::split_urls(list.as_deref().unwrap_or("redis://127.0.0.1:7000"))
 }
 
-static STREAM: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
-
-fn stream_name() -> String {
-    STREAM.lock().map(|s| s.clone()).unwrap_or_default()
-}
-
 static PROBE: Probe = Probe::new();
 
 #[subscriber(
-    RedisStream::new(stream_name()).group(GROUP).start_id(StreamStart::Beginning),
+    RedisStream::new(run_stream::name()).group(GROUP).start_id(StreamStart::Beginning),
     workers(8)
 )]
 async fn ledger(payment: &Payment) {
@@ -111,7 +105,7 @@ impl Row {
 
 async fn consume_app(broker: &RedisBroker, stream: &str, n: u64) -> BenchResult<()> {
     PROBE.arm(n);
-    *STREAM.lock().map_err(|_| "poisoned")? = stream.to_owned();
+    run_stream::set(stream)?;
     let app = RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(broker.clone(), |b| {
         b.include(ledger);
     });
@@ -119,13 +113,7 @@ async fn consume_app(broker: &RedisBroker, stream: &str, n: u64) -> BenchResult<
     if PROBE.handled.load(Ordering::SeqCst) < n {
         tokio::time::timeout(RUN_TIMEOUT, PROBE.done.notified()).await?;
     }
-    loop {
-        let info = broker.group_info(stream, GROUP).await?;
-        if info.pending == 0 && info.lag == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_micros(200)).await;
-    }
+    redis_loops::until_settled(broker, stream, GROUP).await?;
     running.shutdown().await;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! What the tests of the `ruststream` binary share: running it, a
 //! temporary directory, a subscriber whose dead letters can be redriven,
-//! and bounded polls.
+//! bounded polls, and reading numbers out of its JSON.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
@@ -287,4 +287,10 @@ impl Subscriber for Gate {
             Settle::Outcome(HandlerOutcome::ack())
         }
     }
+}
+
+/// The numbers `json` holds under each of `fields`, in order (`None` for
+/// one that is missing or not a whole number).
+pub fn numbers(json: &serde_json::Value, fields: &[&str]) -> Vec<Option<u64>> {
+    fields.iter().map(|f| json[*f].as_u64()).collect()
 }

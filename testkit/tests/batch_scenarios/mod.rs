@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ruststream::prelude::*;
-use ruststream::{Handled, Message, Observer, Running, Settlement};
+use ruststream::{Handled, Message, Observer, Running, Settlement, Subscriber};
 use tokio::time::Instant;
 
 /// What every batch subscriber here takes.
@@ -95,28 +95,30 @@ async fn publish<B: Broker + Clone>(broker: &B, stream: &str, ns: impl IntoItera
 async fn start<B: Broker + Clone>(
     broker: &B,
     observer: &Arc<Settled>,
-    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
+    subscriber: impl Subscriber,
 ) -> Running {
     RustStream::new(AppInfo::new("batches", "0"))
-        .with_broker(broker.clone(), include)
+        .with_broker(broker.clone(), |b| {
+            b.include(subscriber);
+        })
         .observe(Arc::clone(observer) as Arc<dyn Observer>)
         .start()
         .await
         .expect("app starts")
 }
 
-/// Starts an app on `broker` with what `include` adds, observed; waits
+/// Starts an app on `broker` running `subscriber`, observed; waits
 /// until `batches` has seen `n` entries and the group has settled
 /// everything on `stream`. Returns the app and what it settled.
 async fn run_until_handled<B: Broker + Clone>(
     broker: &B,
-    include: impl FnOnce(&mut ruststream::BrokerScope<'_>),
+    subscriber: impl Subscriber,
     batches: &Batches,
     n: usize,
     stream: &str,
 ) -> (Running, Vec<(Vec<u8>, Settlement)>) {
     let observer = Arc::new(Settled::default());
-    let app = start(broker, &observer, include).await;
+    let app = start(broker, &observer, subscriber).await;
     until(&format!("{n} entries handled"), async || {
         handled(batches) == n
     })
@@ -179,10 +181,7 @@ pub async fn all_ack<B: Broker + Clone>(broker: B) {
     let stream = stream("ack");
     publish(&broker, &stream, 0..10).await;
     let published = Instant::now();
-    let include = |b: &mut ruststream::BrokerScope<'_>| {
-        b.include(ack_all);
-    };
-    let (app, settled) = run_until_handled(&broker, include, &ACK, 10, &stream).await;
+    let (app, settled) = run_until_handled(&broker, ack_all, &ACK, 10, &stream).await;
     let batches = ran(&ACK);
     let sizes: Vec<usize> = batches.iter().map(|(ns, _)| ns.len()).collect();
     assert_eq!(sizes, [4, 4, 2], "{batches:?}");
@@ -243,10 +242,7 @@ async fn each_outcome(jobs: &[Job]) -> Vec<HandlerOutcome> {
 pub async fn per_entry_outcomes<B: Broker + Clone>(broker: B) {
     let stream = stream("each");
     publish(&broker, &stream, 0..6).await;
-    let include = |b: &mut ruststream::BrokerScope<'_>| {
-        b.include(each_outcome);
-    };
-    let (app, settled) = run_until_handled(&broker, include, &EACH, 8, &stream).await;
+    let (app, settled) = run_until_handled(&broker, each_outcome, &EACH, 8, &stream).await;
     let batches = ran(&EACH);
     assert_eq!(batches[0].0, [0, 1, 2, 3, 4, 5], "{batches:?}");
     let again: Vec<u64> = batches[1..].iter().flat_map(|(ns, _)| ns.clone()).collect();
@@ -292,10 +288,7 @@ async fn mismatched(jobs: Vec<Job>) -> Vec<HandlerOutcome> {
 pub async fn length_mismatch_retries_the_batch<B: Broker + Clone>(broker: B) {
     let stream = stream("mismatch");
     publish(&broker, &stream, 0..3).await;
-    let include = |b: &mut ruststream::BrokerScope<'_>| {
-        b.include(mismatched);
-    };
-    let (app, settled) = run_until_handled(&broker, include, &MISMATCH, 6, &stream).await;
+    let (app, settled) = run_until_handled(&broker, mismatched, &MISMATCH, 6, &stream).await;
     let batches = ran(&MISMATCH);
     assert_eq!(batches.len(), 2, "{batches:?}");
     assert_eq!(batches[0].0, [0, 1, 2]);
@@ -357,10 +350,7 @@ pub async fn undecodable_entry_is_dead_lettered_alone<B: Broker + Clone>(broker:
         .await
         .unwrap();
     publish(&broker, &stream, [2]).await;
-    let include = |b: &mut ruststream::BrokerScope<'_>| {
-        b.include(decoding);
-    };
-    let (app, settled) = run_until_handled(&broker, include, &DECODE, 2, &stream).await;
+    let (app, settled) = run_until_handled(&broker, decoding, &DECODE, 2, &stream).await;
     assert_eq!(ran(&DECODE)[0].0, [0, 2]);
     let dead = broker
         .dead_letters(&stream, GROUP, EntryId::ZERO, 10)
@@ -399,10 +389,7 @@ pub async fn wait_flushes_a_partial_batch<B: Broker + Clone>(broker: B) {
     let stream = stream("partial");
     publish(&broker, &stream, 0..3).await;
     let published = Instant::now();
-    let include = |b: &mut ruststream::BrokerScope<'_>| {
-        b.include(partial);
-    };
-    let (app, settled) = run_until_handled(&broker, include, &PARTIAL, 3, &stream).await;
+    let (app, settled) = run_until_handled(&broker, partial, &PARTIAL, 3, &stream).await;
     let batches = ran(&PARTIAL);
     assert_eq!(batches.len(), 1, "{batches:?}");
     assert_eq!(batches[0].0, [0, 1, 2]);

@@ -244,6 +244,23 @@ impl Seen {
         self.check_from(broker, round, false).await
     }
 
+    /// [`Seen::check`] after kill `round`, which ended a life of `life`;
+    /// prints what the broker holds.
+    pub async fn check_kill(&mut self, broker: &dyn Broker, round: usize, life: Duration) {
+        let (entries, pending) = self.check(broker, round).await;
+        println!("round {round:2}: killed after {life:?}; {entries} entries, {pending} pending");
+    }
+
+    /// Asserts that `who` (the child, or the children) published enough
+    /// for the test to mean something: more than a thousand entries.
+    pub fn assert_published_enough(&self, who: &str) {
+        assert!(
+            self.published.len() > 1000,
+            "{who} published too little to test: {}",
+            self.published.len()
+        );
+    }
+
     /// [`Seen::check`] over the whole stream.
     pub async fn check_all(&mut self, broker: &dyn Broker, round: usize) -> (u64, u64) {
         self.check_from(broker, round, true).await

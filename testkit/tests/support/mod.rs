@@ -73,6 +73,23 @@ pub async fn stored_jobs(
         .collect()
 }
 
+/// Starts the app `name` (version 0) running `subscriber` alone on a
+/// clone of `broker` (clones share their connections).
+pub async fn start_app(
+    name: &str,
+    broker: &ruststream_redis::RedisBroker,
+    subscriber: impl ruststream::Subscriber,
+) -> ruststream::Running {
+    let broker: std::sync::Arc<dyn ruststream::Broker> = std::sync::Arc::new(broker.clone());
+    ruststream::RustStream::new(ruststream::AppInfo::new(name, "0"))
+        .with_shared_broker(broker, |b| {
+            b.include(subscriber);
+        })
+        .start()
+        .await
+        .expect("the app starts")
+}
+
 /// The conformance target of a Redis broker (one server or a cluster), in
 /// real time, with a key prefix of its own: claiming reads only where the
 /// server serves them (8.4), and trimming that drops pending entries (what

@@ -170,8 +170,7 @@ mod tests {
 
     use std::time::Duration;
 
-    use redis::Value;
-    use ruststream_core::{Broker, Message, ReadMode, ReadRequest, StreamStart, Trim};
+    use ruststream_core::{Broker, Message, ReadMode, ReadRequest, Trim};
 
     use super::*;
 
@@ -195,12 +194,7 @@ mod tests {
     /// another consumer, owed ones and trimmed ones were not touched.
     #[tokio::test]
     async fn extending_a_claim_resets_idle_on_the_server_and_keeps_the_count() {
-        let broker = RedisBroker::standalone(crate::testing::url());
-        let s = format!("rs-test:{}:extend", crate::unique_token());
-        broker
-            .ensure_group(&s, "g", StreamStart::New)
-            .await
-            .unwrap();
+        let (broker, s) = crate::testing::stream_with_group("extend").await;
         let sent = broker
             .publish_batch(&s, (0..4).map(|i| Message::new(vec![i])).collect())
             .await
@@ -253,22 +247,13 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("consumer name"), "{err}");
-        let _: Value = redis::cmd("DEL")
-            .arg(&s)
-            .query_async(&mut crate::testing::connection().await)
-            .await
-            .unwrap();
+        crate::testing::delete(&s).await;
     }
 
     /// More ids than one `XCLAIM` takes (the script claims in chunks).
     #[tokio::test]
     async fn many_ids_are_extended_in_chunks() {
-        let broker = RedisBroker::standalone(crate::testing::url());
-        let s = format!("rs-test:{}:extend-many", crate::unique_token());
-        broker
-            .ensure_group(&s, "g", StreamStart::New)
-            .await
-            .unwrap();
+        let (broker, s) = crate::testing::stream_with_group("extend-many").await;
         let n = 2_500;
         let sent = broker
             .publish_batch(&s, (0..n).map(|_| Message::new(b"x".to_vec())).collect())
@@ -288,10 +273,6 @@ mod tests {
             "{:?}",
             &rows[..3]
         );
-        let _: Value = redis::cmd("DEL")
-            .arg(&s)
-            .query_async(&mut crate::testing::connection().await)
-            .await
-            .unwrap();
+        crate::testing::delete(&s).await;
     }
 }

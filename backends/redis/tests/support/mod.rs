@@ -57,6 +57,21 @@ pub async fn xrange(key: &str, from: &str, to: &str) -> redis::Value {
         .unwrap()
 }
 
+/// The first ten rows of `XPENDING key group - +` on database 0, as
+/// another client reads them.
+pub async fn xpending(key: &str, group: &str) -> Vec<redis::Value> {
+    let mut cli = raw(0).await;
+    redis::cmd("XPENDING")
+        .arg(key)
+        .arg(group)
+        .arg("-")
+        .arg("+")
+        .arg(10)
+        .query_async(&mut cli)
+        .await
+        .unwrap()
+}
+
 /// Kills every client connected to database `db` (but the one asking),
 /// as a network failure or a server restart would.
 pub async fn kill_clients_of_db(db: u32) -> usize {
