@@ -106,7 +106,7 @@
 //! | read `Reclaim` | `XAUTOCLAIM` from a cursor kept per consumer |
 //! | read `Claiming` | `XREADGROUP ... CLAIM min_idle ... >` (Redis 8.4 and later) |
 //! | read `OwnPending` | `XREADGROUP ... <id>` |
-//! | ack | `XACK` of the whole batch, in a script that also clears ids `XACK` did not find from the due set (owed entries are held by nobody) |
+//! | ack | `XACK` of the whole batch; only if it did not find them all, a script that also clears the ids `XACK` did not find from the owed entries (held by nobody) |
 //! | retry with copy | `XADD` of the copy and `XACK` of the original, in one script |
 //! | retry after a delay, nack | `XACK` and an entry in the due set, in one script |
 //! | dead letter, redrive, discard | scripts over the dead-letter stream and index |
@@ -121,7 +121,8 @@
 //! ([`StreamStart::check_within`](ruststream_core::StreamStart::check_within)).
 //!
 //! Reads. A `New` read, the hot path, is one round trip of plain commands:
-//! `TIME`, the due set's first score, the wake stream's last id, and
+//! `TIME`, the due set's first score, the wake stream's and the stream's
+//! last ids (where a blocking wait after an empty read starts), and
 //! `XREADGROUP ... >`. Entries never pass through Lua, which would cost
 //! more server time than the read itself. Only when that round trip shows
 //! owed entries due, or finds retry copies, is a script run after it: the

@@ -536,3 +536,57 @@ async fn lag_is_counted_when_the_server_cannot_tell_it() {
         .unwrap();
     assert_eq!(broker.group_info(&s, "g").await.unwrap().lag, 1);
 }
+
+/// A `New` read whose `XREADGROUP` comes back full of retry copies meant
+/// for other groups is empty for this group while entries behind them are
+/// still unread: its blocking wait must not start past them (it would
+/// sleep out its block for every page of copies).
+#[tokio::test]
+async fn entries_behind_a_full_read_of_other_groups_copies_come_at_once() {
+    let broker = RedisBroker::standalone(url());
+    let s = unique("behind-copies");
+    for group in ["a", "b"] {
+        broker
+            .ensure_group(&s, group, StreamStart::New)
+            .await
+            .unwrap();
+    }
+    let mut cli = raw(0).await;
+    for _ in 0..6 {
+        let _: String = redis::cmd("XADD")
+            .arg(&s)
+            .arg("*")
+            .arg("rs:group")
+            .arg("a")
+            .arg("rs:count")
+            .arg(1)
+            .arg("rs:orig")
+            .arg("0-1")
+            .arg("payload")
+            .arg("x")
+            .query_async(&mut cli)
+            .await
+            .unwrap();
+    }
+    let wanted = broker
+        .publish(&s, Message::new(b"{}".to_vec()))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut got = None;
+    while got.is_none() && started.elapsed() < Duration::from_secs(20) {
+        let mut req = ReadRequest::new(&s, "b", "c", ReadMode::New, 2);
+        req.block = Some(Duration::from_secs(3));
+        let batch = broker.read(req).await.unwrap();
+        got = batch
+            .deliveries
+            .first()
+            .map(|d| (d.id(), started.elapsed()));
+    }
+    let (id, took) = got.expect("the entry never came");
+    assert_eq!(id, wanted);
+    assert!(
+        took < Duration::from_secs(1),
+        "the entry behind the copies took {took:?}: the wait started past it"
+    );
+}

@@ -352,6 +352,13 @@ where
     /// started, and give running handlers the deadline.
     fn on_stop(&mut self) {
         self.stopping = true;
+        // A read that came back but was not taken in yet: its entries join
+        // the queue, and go back with it below.
+        if let Some(Ok(batch)) = self.reader.take_returned() {
+            let deliveries = self.reader.took(batch);
+            self.held += deliveries.len();
+            self.lanes.queue_all(deliveries);
+        }
         self.reader.stop();
         let env = &self.pipeline.env;
         let Driver {

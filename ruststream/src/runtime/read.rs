@@ -229,6 +229,14 @@ impl<'a> Reader<'a> {
         self.read = Some(env.broker.read(request));
     }
 
+    /// What a read polled by [`Reader::send`] returned, if it has not
+    /// been taken in yet: at a stop, its entries are handed back rather
+    /// than dropped (on a broker whose reads come back at once, that is a
+    /// whole read's worth).
+    pub(super) fn take_returned(&mut self) -> Option<BrokerResult<ReadBatch>> {
+        self.returned.take()
+    }
+
     /// Whether a read is in flight.
     #[inline]
     pub(super) fn reading(&self) -> bool {

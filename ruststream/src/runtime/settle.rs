@@ -372,8 +372,9 @@ where
                 group = env.group(),
                 %error,
                 entries,
-                "{what} failed while stopping; not applied: the broker still holds the entries as \
-                 pending, and they are delivered again after a restart or once idle"
+                "{what} failed while stopping; not applied (an ack on Redis may have acked the \
+                 entries it found pending): the broker still holds the rest as pending, and they \
+                 are delivered again after a restart or once idle"
             );
             return false;
         }

@@ -163,10 +163,12 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
     // One round trip of plain commands: the server's clock, the first
     // owed entry's due time, the wake stream's and the stream's last ids
     // (where a blocking wait starts), and the read itself. The stream's
-    // last id is asked for before the read: if the read finds nothing,
+    // last id is asked for before the read: if the read comes back short,
     // the group has read past it, and anything appended later (after the
     // read or in between, which the read would have returned) is after it,
-    // so a wait from there misses nothing.
+    // so a wait from there misses nothing. (A full read that hands out
+    // nothing, all of it retry copies for other groups, waits from the
+    // cursor instead.)
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     pipe.cmd("TIME");
@@ -243,9 +245,17 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
             }
         }
     }
+    let raw = codec::into_stream_entries(new);
+    if raw.len() >= req.count {
+        // A full read may come back empty all the same (retry copies of
+        // other groups, acked away here): entries up to the stream's last
+        // id may still be unread, so a wait must start from the group's
+        // cursor, not from that id.
+        read.stream_last = None;
+    }
     let mut post = Post::default();
     let mut fresh = Vec::new();
-    for entry in codec::into_stream_entries(new) {
+    for entry in raw {
         let entry = codec::entry_of_read(entry).map_err(|e| scope.bad_reply(e))?;
         match entry.copy_for {
             Some(group) if group != req.group => post.ack.push(entry.delivery.id()),
