@@ -545,12 +545,7 @@ async fn lag_is_counted_when_the_server_cannot_tell_it() {
 async fn entries_behind_a_full_read_of_other_groups_copies_come_at_once() {
     let broker = RedisBroker::standalone(url());
     let s = unique("behind-copies");
-    for group in ["a", "b"] {
-        broker
-            .ensure_group(&s, group, StreamStart::New)
-            .await
-            .unwrap();
-    }
+    support::ensure_groups(&broker, &s, &["a", "b"], StreamStart::New).await;
     let mut cli = raw(0).await;
     for _ in 0..6 {
         let _: String = redis::cmd("XADD")

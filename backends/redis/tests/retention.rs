@@ -47,12 +47,7 @@ async fn left(broker: &RedisBroker, stream: &str) -> Vec<EntryId> {
 async fn retention_never_trims_what_a_group_still_needs() {
     let plain = RedisBroker::standalone(url());
     let stream = unique("retain");
-    for group in ["reader", "slow"] {
-        plain
-            .ensure_group(&stream, group, StreamStart::Beginning)
-            .await
-            .unwrap();
-    }
+    support::ensure_groups(&plain, &stream, &["reader", "slow"], StreamStart::Beginning).await;
     let ids = publish(&plain, &stream, 30).await;
 
     // `reader` reads 10: e3 stays pending, e5 is dead-lettered, e7 is owed

@@ -108,3 +108,16 @@ pub async fn kill_clients_of_db(db: u32) -> usize {
     }
     killed
 }
+
+/// Makes each of `groups` on `stream`, starting at `start`.
+pub async fn ensure_groups(
+    broker: &ruststream_redis::RedisBroker,
+    stream: &str,
+    groups: &[&str],
+    start: ruststream_core::StreamStart,
+) {
+    use ruststream_core::Broker as _;
+    for group in groups {
+        broker.ensure_group(stream, group, start).await.unwrap();
+    }
+}
