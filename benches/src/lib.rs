@@ -239,7 +239,10 @@ pub mod counted {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use ruststream::{Broker, MemoryBroker, broker_methods, forward_broker};
+    use ruststream::{
+        Broker, BrokerResult, EntryId, MemoryBroker, ReadBatch, ReadRequest, broker_methods,
+        forward_broker,
+    };
 
     /// Counts of the broker calls a run made.
     #[derive(Debug, Default)]
@@ -282,6 +285,20 @@ pub mod counted {
 
     impl Broker for Counted {
         broker_methods!(counted: read[reads], ack[acks]);
+
+        fn read_now(
+            &self,
+            request: &ReadRequest<'_>,
+            batch: &mut ReadBatch,
+        ) -> Option<BrokerResult<()>> {
+            self.calls.reads.fetch_add(1, Ordering::Relaxed);
+            self.inner.read_now(request, batch)
+        }
+
+        fn ack_now(&self, stream: &str, group: &str, ids: &[EntryId]) -> Option<BrokerResult<u64>> {
+            self.calls.acks.fetch_add(1, Ordering::Relaxed);
+            self.inner.ack_now(stream, group, ids)
+        }
 
         // Everything else passes through unchanged.
         forward_broker!(

@@ -271,6 +271,27 @@ pub trait Broker: Send + Sync + 'static {
     /// return an empty batch (not an error) when the block time passes.
     fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch>;
 
+    /// [`Broker::read`] answered on the spot, for a broker that can answer
+    /// without waiting (the local brokers): the read `request` asks for,
+    /// but never blocking (its `block` is passed over), written into
+    /// `batch`, whose buffers are cleared and reused, so that reading again
+    /// and again with one batch allocates nothing. `None`, the default: the
+    /// broker cannot, and the caller uses [`Broker::read`].
+    ///
+    /// The runtime reads through this first and, when it comes back empty
+    /// and the subscription would block, waits with [`Broker::read`]. A
+    /// wrapper that changes reads leaves this at its default (or changes it
+    /// the same way); passing it on unchanged is only for wrappers that
+    /// pass reads on unchanged.
+    fn read_now(
+        &self,
+        request: &ReadRequest<'_>,
+        batch: &mut ReadBatch,
+    ) -> Option<BrokerResult<()>> {
+        let _ = (request, batch);
+        None
+    }
+
     /// Acknowledges entries: they leave the pending list. Idempotent: ids
     /// that are not pending (already acknowledged, unknown) are ignored.
     /// Returns how many entries left the pending list.
@@ -280,6 +301,16 @@ pub trait Broker: Send + Sync + 'static {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64>;
+
+    /// [`Broker::ack`] answered on the spot, for a broker that can answer
+    /// without waiting (the local brokers), with no future to allocate.
+    /// `None`, the default: the broker cannot, and the caller uses
+    /// [`Broker::ack`]. As with [`Broker::read_now`], only a wrapper that
+    /// passes acks on unchanged passes this on.
+    fn ack_now(&self, stream: &str, group: &str, ids: &[EntryId]) -> Option<BrokerResult<u64>> {
+        let _ = (stream, group, ids);
+        None
+    }
 
     /// Hands pending entries back for another attempt (see [`Retry`]). Ids
     /// that are not pending are ignored. Returns how many were retried.

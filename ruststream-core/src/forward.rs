@@ -146,6 +146,12 @@ macro_rules! broker_methods {
 macro_rules! __broker_method {
     (field $f:ident name) => { fn name(&self) -> &'static str { self.$f.name() } };
     (field $f:ident failure) => { fn failure(&self) -> Option<String> { self.$f.failure() } };
+    (field $f:ident read_now) => {
+        fn read_now(&self, request: &$crate::ReadRequest<'_>, batch: &mut $crate::ReadBatch) -> Option<$crate::BrokerResult<()>> { self.$f.read_now(request, batch) }
+    };
+    (field $f:ident ack_now) => {
+        fn ack_now(&self, stream: &str, group: &str, ids: &[$crate::EntryId]) -> Option<$crate::BrokerResult<u64>> { self.$f.ack_now(stream, group, ids) }
+    };
     ($how:tt $to:tt check_mode) => { $crate::__broker_fn!($how $to check_mode(mode: $crate::ReadMode) -> ()); };
     ($how:tt $to:tt publish) => { $crate::__broker_fn!($how $to publish(stream: &'a str, message: $crate::Message) -> $crate::EntryId); };
     ($how:tt $to:tt publish_batch) => { $crate::__broker_fn!($how $to publish_batch(stream: &'a str, messages: Vec<$crate::Message>) -> Vec<$crate::EntryId>); };

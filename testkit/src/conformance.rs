@@ -199,6 +199,7 @@ macro_rules! __conformance_rules {
             consumer_info_reports_pending_and_idle_time,
             a_blocking_read_wakes_when_an_entry_arrives,
             a_blocking_read_returns_an_empty_batch_after_its_block_time,
+            reads_and_acks_on_the_spot_match_read_and_ack,
             an_unknown_group_is_a_clear_error,
             check_mode_refuses_only_what_the_broker_cannot_serve,
             a_start_past_the_end_of_the_stream_is_refused,
@@ -1341,6 +1342,62 @@ pub async fn a_blocking_read_returns_an_empty_batch_after_its_block_time(t: Targ
     assert!(batch.is_empty() && batch.dead_lettered.is_empty());
     assert!(waited >= block, "gave up early: {waited:?}");
     assert!(waited < block * 5, "gave up late: {waited:?}");
+}
+
+/// A read or an ack answered on the spot (`read_now`, `ack_now`), where a
+/// broker offers them, does what `read` and `ack` do: the same entries in
+/// the same order, pending under the reader; never a wait, whatever the
+/// request's block time; the batch given is cleared and its buffer reused;
+/// the same error for an unknown group, with the batch left empty; an ack
+/// that settles, idempotently. A broker that does not offer them answers
+/// `None` to both, and callers use `read` and `ack`.
+pub async fn reads_and_acks_on_the_spot_match_read_and_ack(t: Target) {
+    let s = t.new_group("on-the-spot").await;
+    t.publish_all(&s, &["a", "b", "c"]).await;
+    let mut batch = ReadBatch::default();
+    let block = Duration::from_secs(60);
+    let request = ReadRequest::new(&s, G, "c1", ReadMode::New, 2).block(block);
+    let Some(first) = t.broker.read_now(&request, &mut batch) else {
+        assert!(
+            t.broker.ack_now(&s, G, &[]).is_none(),
+            "read_now is offered only with ack_now"
+        );
+        return;
+    };
+    first.unwrap();
+    assert_eq!(texts(&batch), ["a", "b"]);
+    let read = ids(&batch);
+    assert_eq!(t.broker.group_info(&s, G).await.unwrap().pending, 2);
+    let buffer = batch.deliveries.as_ptr();
+    let started = tokio::time::Instant::now();
+    t.broker.read_now(&request, &mut batch).unwrap().unwrap();
+    assert_eq!(texts(&batch), ["c"]);
+    assert_eq!(
+        batch.deliveries.as_ptr(),
+        buffer,
+        "the batch's buffer is reused"
+    );
+    t.broker.read_now(&request, &mut batch).unwrap().unwrap();
+    assert!(batch.is_empty() && batch.dead_lettered.is_empty());
+    assert!(
+        started.elapsed() < block / 10,
+        "waited: {:?}",
+        started.elapsed()
+    );
+
+    assert_eq!(t.broker.ack_now(&s, G, &read).unwrap().unwrap(), 2);
+    assert_eq!(t.broker.ack_now(&s, G, &read).unwrap().unwrap(), 0);
+    assert_eq!(t.broker.group_info(&s, G).await.unwrap().pending, 1);
+
+    t.publish_all(&s, &["d"]).await;
+    t.broker.read_now(&request, &mut batch).unwrap().unwrap();
+    assert_eq!(texts(&batch), ["d"]);
+    let unknown = ReadRequest::new(&s, "ghost", "c1", ReadMode::New, 1);
+    match t.broker.read_now(&unknown, &mut batch) {
+        Some(Err(BrokerError::NoGroup { group, .. })) => assert_eq!(group, "ghost"),
+        other => panic!("expected NoGroup, got {other:?}"),
+    }
+    assert!(batch.is_empty(), "a failed read leaves the batch empty");
 }
 
 // ---- errors ---------------------------------------------------------------------------------

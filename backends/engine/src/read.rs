@@ -211,6 +211,23 @@ impl Handout {
 impl Engine {
     /// Reads from a group; see [`ReadMode`] for what each mode hands out.
     pub fn read(&mut self, req: &ReadRequest<'_>, now_ms: u64) -> BrokerResult<ReadBatch> {
+        let mut batch = ReadBatch::default();
+        self.read_into(req, now_ms, &mut batch)?;
+        Ok(batch)
+    }
+
+    /// [`Engine::read`], written into `batch`: its buffers are cleared and
+    /// reused, so a caller that reads again and again with the same batch
+    /// allocates nothing once they are large enough. On an error the
+    /// batch is left empty.
+    pub fn read_into(
+        &mut self,
+        req: &ReadRequest<'_>,
+        now_ms: u64,
+        batch: &mut ReadBatch,
+    ) -> BrokerResult<()> {
+        batch.deliveries.clear();
+        batch.dead_lettered.clear();
         req.validate()?;
         let wants_new = matches!(req.mode, ReadMode::New | ReadMode::Claiming { .. });
         let s = self.stream_mut(req.stream, req.group)?;
@@ -239,7 +256,8 @@ impl Engine {
         } else {
             out.handed.len()
         };
-        let mut deliveries = Vec::with_capacity(capacity);
+        let deliveries = &mut batch.deliveries;
+        deliveries.reserve(capacity);
         for &(id, delivery_count, idle_ms) in &out.handed {
             if let Some(stored) = s.find(id) {
                 deliveries.push(Delivery {
@@ -249,13 +267,12 @@ impl Engine {
                 });
             }
         }
-        if wants_new {
-            out.new_entries(s, req, &mut deliveries)?;
+        if wants_new && let Err(error) = out.new_entries(s, req, deliveries) {
+            deliveries.clear();
+            return Err(error);
         }
-        Ok(ReadBatch {
-            deliveries,
-            dead_lettered: out.dead_lettered,
-        })
+        batch.dead_lettered = out.dead_lettered;
+        Ok(())
     }
 
     /// The earliest time after `now_ms` at which `req` could hand out

@@ -314,7 +314,8 @@ impl<P: Persistence> LocalBroker<P> {
 
     /// A call that changes the group state of `ids` entries, once admitted
     /// and within the persistence's limits (see
-    /// [`Persistence::check_group_change`]).
+    /// [`Persistence::check_group_change`]), answered on the spot (a group
+    /// change never waits for durability).
     fn group_change(
         &self,
         call: &str,
@@ -323,14 +324,10 @@ impl<P: Persistence> LocalBroker<P> {
         extra: usize,
         effect: Effect,
         f: impl FnOnce(&mut Engine, &mut P, u64) -> BrokerResult<u64>,
-    ) -> BrokerFuture<'static, u64> {
-        let checked = self
-            .admit()
-            .and_then(|()| P::check_group_change(call, stream, ids.len(), extra));
-        if let Err(error) = checked {
-            return ready(Err(error));
-        }
-        self.mutate(stream, effect, f)
+    ) -> BrokerResult<u64> {
+        self.admit()
+            .and_then(|()| P::check_group_change(call, stream, ids.len(), extra))?;
+        self.change(stream, effect, f).map(|(out, _)| out)
     }
 
     /// Checks a publish of `messages` to `stream` before anything changes.
@@ -347,8 +344,21 @@ impl<P: Persistence> LocalBroker<P> {
         request: &ReadRequest<'_>,
         with_next_due: bool,
     ) -> BrokerResult<(ReadBatch, Option<u64>)> {
-        self.change(request.stream, Effect::Quiet, |e, p, now| {
-            let mut batch = e.read(request, now)?;
+        let mut batch = ReadBatch::default();
+        let next_due = self.read_into(request, with_next_due, &mut batch)?;
+        Ok((batch, next_due))
+    }
+
+    /// [`LocalBroker::read_once`] into `batch`, whose buffers are reused
+    /// (see [`Engine::read_into`]); on an error the batch is left empty.
+    fn read_into(
+        &self,
+        request: &ReadRequest<'_>,
+        with_next_due: bool,
+        batch: &mut ReadBatch,
+    ) -> BrokerResult<Option<u64>> {
+        let read = self.change(request.stream, Effect::Quiet, |e, p, now| {
+            e.read_into(request, now, batch)?;
             // Payloads not in memory come from storage; if that fails the
             // read fails, and what it handed out stays pending (claimed
             // again once idle).
@@ -356,14 +366,36 @@ impl<P: Persistence> LocalBroker<P> {
                 request.stream,
                 batch.deliveries.iter_mut().map(|d| &mut d.entry),
             )?;
-            let next_due = if with_next_due && batch.is_empty() {
+            Ok(if with_next_due && batch.is_empty() {
                 e.next_due(request, now)
             } else {
                 None
-            };
-            Ok((batch, next_due))
+            })
+        });
+        match read {
+            Ok((next_due, _)) => Ok(next_due),
+            Err(error) => {
+                batch.deliveries.clear();
+                batch.dead_lettered.clear();
+                Err(error)
+            }
+        }
+    }
+
+    /// Acknowledges `ids` (see [`Broker::ack`]), on the spot.
+    fn acked(&self, stream: &str, group: &str, ids: &[EntryId]) -> BrokerResult<u64> {
+        // An ack makes nothing readable, so no wakeup is needed.
+        self.group_change("an ack", stream, ids, 0, Effect::Quiet, |e, _, _| {
+            e.ack(stream, group, ids)
         })
-        .map(|(out, _)| out)
+    }
+
+    /// Checks a read before it starts, and caps its count.
+    fn admit_read(&self, request: &mut ReadRequest<'_>) -> BrokerResult<()> {
+        request.count = request.count.min(P::MAX_READ_COUNT);
+        // Checked here as well as by the engine, so that a bad request
+        // fails before a blocking read starts waiting.
+        self.admit().and_then(|()| request.validate())
     }
 
     async fn blocking_read(&self, request: ReadRequest<'_>) -> BrokerResult<ReadBatch> {
@@ -465,11 +497,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
     }
 
     fn read<'a>(&'a self, mut request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
-        request.count = request.count.min(P::MAX_READ_COUNT);
-        // Checked here as well as by the engine, so that a bad request
-        // fails before a blocking read starts waiting.
-        let checked = self.admit().and_then(|()| request.validate());
-        if let Err(error) = checked {
+        if let Err(error) = self.admit_read(&mut request) {
             return ready(Err(error));
         }
         if request.block.is_none() {
@@ -478,16 +506,34 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         Box::pin(self.blocking_read(request))
     }
 
+    fn read_now(
+        &self,
+        request: &ReadRequest<'_>,
+        batch: &mut ReadBatch,
+    ) -> Option<BrokerResult<()>> {
+        let mut request = *request;
+        request.block = None;
+        let read = self
+            .admit_read(&mut request)
+            .and_then(|()| self.read_into(&request, false, batch).map(drop));
+        if read.is_err() {
+            batch.deliveries.clear();
+            batch.dead_lettered.clear();
+        }
+        Some(read)
+    }
+
     fn ack<'a>(
         &'a self,
         stream: &'a str,
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
-        // An ack makes nothing readable, so no wakeup is needed.
-        self.group_change("an ack", stream, ids, 0, Effect::Quiet, |e, _, _| {
-            e.ack(stream, group, ids)
-        })
+        ready(self.acked(stream, group, ids))
+    }
+
+    fn ack_now(&self, stream: &str, group: &str, ids: &[EntryId]) -> Option<BrokerResult<u64>> {
+        Some(self.acked(stream, group, ids))
     }
 
     fn retry<'a>(
@@ -497,21 +543,23 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         ids: &'a [EntryId],
         how: Retry,
     ) -> BrokerFuture<'a, u64> {
-        self.group_change(
-            "a retry",
-            stream,
-            ids,
-            0,
-            Effect::Wakes,
-            |e, p, now| match how {
-                Retry::Copy => e
-                    .retry_copy_loading(stream, group, ids, now, |id| p.load_one(stream, id))
-                    .map(|r| r.len() as u64),
-                Retry::After(delay) => {
-                    let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-                    e.retry_after(stream, group, ids, delay_ms, now)
-                }
-            },
+        ready(
+            self.group_change(
+                "a retry",
+                stream,
+                ids,
+                0,
+                Effect::Wakes,
+                |e, p, now| match how {
+                    Retry::Copy => e
+                        .retry_copy_loading(stream, group, ids, now, |id| p.load_one(stream, id))
+                        .map(|r| r.len() as u64),
+                    Retry::After(delay) => {
+                        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                        e.retry_after(stream, group, ids, delay_ms, now)
+                    }
+                },
+            ),
         )
     }
 
@@ -523,14 +571,14 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         reason: &'a str,
     ) -> BrokerFuture<'a, u64> {
         let extra = reason.len();
-        self.group_change(
+        ready(self.group_change(
             "a dead letter",
             stream,
             ids,
             extra,
             Effect::Quiet,
             |e, _, now| e.dead_letter(stream, group, ids, reason, now),
-        )
+        ))
     }
 
     fn extend_claim<'a>(
@@ -547,14 +595,14 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         }
         // A later idle time makes nothing readable sooner: no wakeup. A
         // blocking claiming read finds the new time when it next looks.
-        self.group_change(
+        ready(self.group_change(
             "an extend_claim",
             stream,
             ids,
             0,
             Effect::Quiet,
             |e, _, now| e.extend_claim(stream, group, consumer, ids, now),
-        )
+        ))
     }
 
     fn delete_consumer<'a>(
@@ -569,7 +617,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         if let Err(error) = names {
             return ready(Err(error));
         }
-        let deleted = self.group_change(
+        let deleted = ready(self.group_change(
             "a delete_consumer",
             stream,
             &[],
@@ -579,7 +627,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
                 e.delete_consumer(stream, group, consumer, min_idle, now)
                     .map(u64::from)
             },
-        );
+        ));
         Box::pin(async move { Ok(deleted.await? == 1) })
     }
 
@@ -589,9 +637,11 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
-        self.group_change("a redrive", stream, ids, 0, Effect::Wakes, |e, _, now| {
-            e.redrive(stream, group, ids, now)
-        })
+        ready(
+            self.group_change("a redrive", stream, ids, 0, Effect::Wakes, |e, _, now| {
+                e.redrive(stream, group, ids, now)
+            }),
+        )
     }
 
     fn discard<'a>(
@@ -600,9 +650,11 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
-        self.group_change("a discard", stream, ids, 0, Effect::Quiet, |e, _, _| {
-            e.discard(stream, group, ids)
-        })
+        ready(
+            self.group_change("a discard", stream, ids, 0, Effect::Quiet, |e, _, _| {
+                e.discard(stream, group, ids)
+            }),
+        )
     }
 
     fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo> {

@@ -342,7 +342,8 @@ where
             Ok(batch) => {
                 let deliveries = self.reader.took(batch);
                 self.held += deliveries.len();
-                self.lanes.queue_all(deliveries);
+                let done = self.lanes.queue_all(deliveries);
+                self.reader.recycle(done);
             }
             Err(error) => self.reader.failed(error).await,
         }
@@ -357,7 +358,7 @@ where
         if let Some(Ok(batch)) = self.reader.take_returned() {
             let deliveries = self.reader.took(batch);
             self.held += deliveries.len();
-            self.lanes.queue_all(deliveries);
+            let _done = self.lanes.queue_all(deliveries);
         }
         self.reader.stop();
         let env = &self.pipeline.env;

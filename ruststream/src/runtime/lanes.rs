@@ -259,26 +259,31 @@ impl<F: Future<Output = Decided>> Lanes<F> {
     }
 
     /// Queues a read batch's deliveries: each on its key's lane with
-    /// `by_key`, else in the shared queue.
-    pub(super) fn queue_all(&mut self, deliveries: Vec<Delivery>) {
+    /// `by_key`, else in the shared queue. Returns a buffer done with
+    /// (empty), for the next read to fill ([`Reader::recycle`]).
+    ///
+    /// [`Reader::recycle`]: super::read::Reader::recycle
+    pub(super) fn queue_all(&mut self, mut deliveries: Vec<Delivery>) -> Vec<Delivery> {
         if !self.by_key {
             if self.shared.is_empty() {
                 // The usual case (lanes take a read batch's entries before
                 // the next read lands): the batch's buffer becomes the
-                // queue, with no copy.
-                self.shared = VecDeque::from(deliveries);
-            } else {
-                self.shared.extend(deliveries);
+                // queue, with no copy, and the empty queue's buffer goes
+                // back to the reader.
+                let done = std::mem::replace(&mut self.shared, VecDeque::from(deliveries));
+                return Vec::from(done);
             }
-            return;
+            self.shared.extend(deliveries.drain(..));
+            return deliveries;
         }
         let n = self.lanes.len();
-        for delivery in deliveries {
+        for delivery in deliveries.drain(..) {
             match key_lane(&delivery, n) {
                 Some(lane) => self.lanes[lane].own.push_back(delivery),
                 None => self.shared.push_back(delivery),
             }
         }
+        deliveries
     }
 
     /// The entries waiting in the shared queue, taken out of it.

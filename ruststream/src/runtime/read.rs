@@ -95,8 +95,16 @@ pub(super) struct Reader<'a> {
     /// The read in flight.
     read: Option<BrokerFuture<'a, ReadBatch>>,
     /// What the read in flight returned when [`Reader::send`] polled it,
-    /// kept for [`Reader::poll`].
+    /// or what a read the broker answered on the spot returned, kept for
+    /// [`Reader::poll`].
     returned: Option<BrokerResult<ReadBatch>>,
+    /// The batch a read the broker answers on the spot is written into
+    /// ([`Broker::read_now`]): its buffer comes back from the lanes once
+    /// they have taken the entries ([`Reader::recycle`]), so such reads
+    /// allocate nothing.
+    ///
+    /// [`Broker::read_now`]: ruststream_core::Broker::read_now
+    spare: ReadBatch,
     backoff: Backoff,
     backing_off: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Armed while the read-ahead is full of decisions not yet confirmed by
@@ -133,6 +141,7 @@ impl<'a> Reader<'a> {
             asked: 0,
             read: None,
             returned: None,
+            spare: ReadBatch::default(),
             backoff: Backoff::new(),
             backing_off: None,
             room: SettledSignal::new(outbox),
@@ -226,7 +235,26 @@ impl<'a> Reader<'a> {
         self.asked = count;
         request.block = block;
         request.max_deliveries = env.subscription.max_deliveries;
+        match env.broker.read_now(&request, &mut self.spare) {
+            // Nothing now, and the read would wait: it waits as a read.
+            Some(Ok(())) if block.is_some() && is_quiet(&self.spare) => {}
+            Some(answer) => {
+                self.window.answered(true);
+                self.returned = Some(answer.map(|()| std::mem::take(&mut self.spare)));
+                return;
+            }
+            None => {}
+        }
         self.read = Some(env.broker.read(request));
+    }
+
+    /// Takes back a delivery buffer the lanes are done with (empty), for
+    /// the next read the broker answers on the spot.
+    pub(super) fn recycle(&mut self, mut buffer: Vec<Delivery>) {
+        if buffer.capacity() > self.spare.deliveries.capacity() {
+            buffer.clear();
+            self.spare.deliveries = buffer;
+        }
     }
 
     /// What a read polled by [`Reader::send`] returned, if it has not
@@ -421,6 +449,11 @@ impl<'a> Reader<'a> {
         self.backing_off = None;
         self.room.disarm();
     }
+}
+
+/// Whether a read found nothing to report: no entry and no dead letter.
+fn is_quiet(batch: &ReadBatch) -> bool {
+    batch.deliveries.is_empty() && batch.dead_lettered.is_empty()
 }
 
 /// Recreates a group the broker lost (a server restart without

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use ruststream_core::{BrokerError, EntryId, Retry};
+use ruststream_core::{BrokerError, BrokerResult, EntryId, Retry};
 use tokio::sync::Notify;
 
 use super::read::{self, LastRead};
@@ -247,7 +247,12 @@ impl SettleBatch {
         self.count = 0;
         counters.settled_as(Outcome::Retry, std::mem::take(&mut self.left));
         for ids in self.acks.chunks(SETTLE_BATCH) {
-            if settle_call(settler, "ack", ids.len(), || broker.ack(stream, group, ids)).await {
+            let now = || broker.ack_now(stream, group, ids);
+            if settle_call_now(settler, "ack", ids.len(), now, || {
+                broker.ack(stream, group, ids)
+            })
+            .await
+            {
                 counters.settled_as(Outcome::Ack, ids.len() as u64);
                 counters.signals.settled(ids);
             }
@@ -327,6 +332,25 @@ async fn settle_call<'a, T, F>(settler: &Settler<'_>, what: &str, entries: usize
 where
     F: Fn() -> ruststream_core::BrokerFuture<'a, T>,
 {
+    settle_call_now(settler, what, entries, || None, call).await
+}
+
+/// [`settle_call`], each attempt made first with `now` (a broker call
+/// answered on the spot, such as [`Broker::ack_now`]), and with `call`
+/// only where the broker cannot answer so.
+///
+/// [`Broker::ack_now`]: ruststream_core::Broker::ack_now
+async fn settle_call_now<'a, T, N, F>(
+    settler: &Settler<'_>,
+    what: &str,
+    entries: usize,
+    now: N,
+    call: F,
+) -> bool
+where
+    N: Fn() -> Option<BrokerResult<T>>,
+    F: Fn() -> ruststream_core::BrokerFuture<'a, T>,
+{
     let Settler {
         env,
         outbox,
@@ -349,7 +373,11 @@ where
     let mut backoff = Backoff::new();
     let mut attempts_at_stop = 0u32;
     loop {
-        let error = match call().await {
+        let answer = match now() {
+            Some(answer) => answer,
+            None => call().await,
+        };
+        let error = match answer {
             Ok(_) => return true,
             Err(error) => error,
         };

@@ -73,9 +73,12 @@ impl Pace {
         }
     }
 
-    /// In real time (a server): well under 30 s even when it fails. The
-    /// live drain allows for a loaded machine (2 cores, CI's other tests
-    /// beside it): at 10 s it ran out 1 to 2 times in 10 there.
+    /// In real time (a server): well under a minute even when it fails.
+    /// The live drain allows for a loaded machine (2 cores, CI's other
+    /// tests beside it): at 10 s it ran out 1 to 2 times in 10 there, and
+    /// at 20 s once on the cluster (20.5 s) while builds ran beside it. A
+    /// drain ends as soon as everything is settled, so the bound costs a
+    /// passing run nothing.
     fn real_time() -> Pace {
         Pace {
             entries: 300,
@@ -84,7 +87,7 @@ impl Pace {
             outage_at: 6,
             outage: Duration::from_secs(2),
             losses: [(20, LOSSY), (24, CLAIM)],
-            live_drain: Duration::from_secs(20),
+            live_drain: Duration::from_secs(40),
             final_drain: Duration::from_secs(3),
             poll: Duration::from_millis(250),
         }
