@@ -4,15 +4,16 @@
 
 use std::error::Error;
 use std::hint::black_box;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 use redis::aio::ConnectionLike;
-use ruststream::{Broker, ReadMode, ReadRequest, StreamStart};
+use ruststream::{AppInfo, Broker, BrokerScope, ReadMode, ReadRequest, RustStream, StreamStart};
 use ruststream_redis::RedisBroker;
 use serde::de::DeserializeOwned;
 
-use crate::{Payment, batches, payload};
+use crate::{Payment, Probe, batches, payload, run_stream};
 
 /// What a loop returns.
 pub type LoopResult = Result<(), Box<dyn Error>>;
@@ -201,6 +202,37 @@ pub async fn broker_consume(broker: &RedisBroker, stream: &str, group: &str, n: 
         done += ids.len() as u64;
     }
     Ok(())
+}
+
+/// How long an app run of [`app_consume`] may wait for its last message.
+pub const APP_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The `#[subscriber]` rows: sets [`run_stream`] to `stream`, starts an
+/// app over `broker` with the subscribers `include` adds (which count in
+/// `probe`), waits until `n` messages are handled and every ack has
+/// landed, then shuts the app down. Returns the time from the app's start
+/// to the last ack.
+pub async fn app_consume(
+    broker: &RedisBroker,
+    stream: &str,
+    group: &str,
+    n: u64,
+    probe: &Probe,
+    include: impl FnOnce(&mut BrokerScope<'_>),
+) -> Result<Duration, Box<dyn Error>> {
+    probe.arm(n);
+    run_stream::set(stream)?;
+    let started = Instant::now();
+    let app = RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(broker.clone(), include);
+    let running = app.start().await?;
+    if probe.handled.load(Ordering::SeqCst) < n {
+        tokio::time::timeout(APP_TIMEOUT, probe.done.notified()).await?;
+    }
+    // Every entry handled; now every ack settled.
+    until_settled(broker, stream, group).await?;
+    let elapsed = started.elapsed();
+    running.shutdown().await;
+    Ok(elapsed)
 }
 
 /// Waits until `group` on `stream` has nothing pending and no lag, polling

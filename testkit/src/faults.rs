@@ -46,10 +46,10 @@
 //! fresh inner group `G~1` (then `G~2`, ...), which does not exist yet: reads,
 //! settles and inspections fail with [`BrokerError::NoGroup`] naming `G`
 //! until `ensure_group(G, start)` creates `G~1` at `start`. A recreation at
-//! [`StreamStart::New`] therefore passes over the entries published in
-//! between, exactly as on a restarted server. Calls on `G` in flight when it
-//! is lost fail (a blocking read at once), as the restart would drop their
-//! connections.
+//! [`StreamStart::New`](ruststream_core::StreamStart::New) therefore passes
+//! over the entries published in between, exactly as on a restarted
+//! server. Calls on `G` in flight when it is lost fail (a blocking read at
+//! once), as the restart would drop their connections.
 //!
 //! # Read-ahead accounting
 //!
@@ -67,8 +67,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use ruststream_core::{
-    Broker, BrokerError, BrokerFuture, BrokerResult, EntryId, GroupInfo, ReadBatch, ReadRequest,
-    Retry, StreamInfo, StreamStart, broker_methods,
+    Broker, BrokerError, BrokerResult, EntryId, Retry, broker_methods, delegate_broker,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -76,83 +75,81 @@ use tokio::time::Instant;
 /// The name the wrapper gives in the errors it injects.
 const NAME: &str = "faults";
 
-/// The kinds of broker call, as faults are chosen for them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CallKind {
-    /// [`Broker::check_mode`].
-    CheckMode,
-    /// [`Broker::publish`] and [`Broker::publish_batch`].
-    Publish,
-    /// [`Broker::ensure_group`].
-    EnsureGroup,
-    /// [`Broker::set_group_position`].
-    SetGroupPosition,
-    /// [`Broker::read`], every mode.
-    Read,
-    /// [`Broker::ack`].
-    Ack,
-    /// [`Broker::retry`] with [`Retry::Copy`].
-    RetryCopy,
-    /// [`Broker::retry`] with [`Retry::After`].
-    RetryAfter,
-    /// [`Broker::dead_letter`].
-    DeadLetter,
-    /// [`Broker::redrive`].
-    Redrive,
-    /// [`Broker::discard`].
-    Discard,
-    /// [`Broker::group_info`].
-    GroupInfo,
-    /// [`Broker::consumers`].
-    Consumers,
-    /// [`Broker::pending`].
-    Pending,
-    /// [`Broker::dead_letters`].
-    DeadLetters,
-    /// [`Broker::range`].
-    Range,
-    /// [`Broker::stream_info`].
-    StreamInfo,
-    /// [`Broker::trim`].
-    Trim,
-    /// [`Broker::extend_claim`]. Last, so that adding it kept every other
-    /// kind's number, and so the faults a seed draws for them.
-    ExtendClaim,
-    /// [`Broker::delete_consumer`]. After `ExtendClaim`, for the same
-    /// reason.
-    DeleteConsumer,
-    /// [`Broker::streams`]. Last, for the same reason.
-    Streams,
+/// Declares [`CallKind`] from one list of its kinds, in order, each with
+/// its short name: the enum, [`CallKind::ALL`], [`CallKind::as_str`] and
+/// `KINDS`, their number.
+macro_rules! call_kinds {
+    ($($(#[$doc:meta])* $kind:ident => $name:literal,)+) => {
+        /// The kinds of broker call, as faults are chosen for them.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum CallKind {
+            $($(#[$doc])* $kind,)+
+        }
+
+        const KINDS: usize = [$(stringify!($kind)),+].len();
+
+        impl CallKind {
+            /// Every kind.
+            pub const ALL: [CallKind; KINDS] = [$(CallKind::$kind),+];
+
+            /// A short name for reports: `"ack"`, `"retry (copy)"`, ...
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(CallKind::$kind => $name,)+
+                }
+            }
+        }
+    };
 }
 
-const KINDS: usize = 21;
+call_kinds! {
+    /// [`Broker::check_mode`].
+    CheckMode => "check_mode",
+    /// [`Broker::publish`] and [`Broker::publish_batch`].
+    Publish => "publish",
+    /// [`Broker::ensure_group`].
+    EnsureGroup => "ensure_group",
+    /// [`Broker::set_group_position`].
+    SetGroupPosition => "set_group_position",
+    /// [`Broker::read`], every mode.
+    Read => "read",
+    /// [`Broker::ack`].
+    Ack => "ack",
+    /// [`Broker::retry`] with [`Retry::Copy`].
+    RetryCopy => "retry (copy)",
+    /// [`Broker::retry`] with [`Retry::After`].
+    RetryAfter => "retry (after)",
+    /// [`Broker::dead_letter`].
+    DeadLetter => "dead_letter",
+    /// [`Broker::redrive`].
+    Redrive => "redrive",
+    /// [`Broker::discard`].
+    Discard => "discard",
+    /// [`Broker::group_info`].
+    GroupInfo => "group_info",
+    /// [`Broker::consumers`].
+    Consumers => "consumers",
+    /// [`Broker::pending`].
+    Pending => "pending",
+    /// [`Broker::dead_letters`].
+    DeadLetters => "dead_letters",
+    /// [`Broker::range`].
+    Range => "range",
+    /// [`Broker::stream_info`].
+    StreamInfo => "stream_info",
+    /// [`Broker::trim`].
+    Trim => "trim",
+    /// [`Broker::extend_claim`]. Last, so that adding it kept every other
+    /// kind's number, and so the faults a seed draws for them.
+    ExtendClaim => "extend_claim",
+    /// [`Broker::delete_consumer`]. After `ExtendClaim`, for the same
+    /// reason.
+    DeleteConsumer => "delete_consumer",
+    /// [`Broker::streams`]. Last, for the same reason.
+    Streams => "streams",
+}
 
 impl CallKind {
-    /// Every kind.
-    pub const ALL: [CallKind; KINDS] = [
-        CallKind::CheckMode,
-        CallKind::Publish,
-        CallKind::EnsureGroup,
-        CallKind::SetGroupPosition,
-        CallKind::Read,
-        CallKind::Ack,
-        CallKind::RetryCopy,
-        CallKind::RetryAfter,
-        CallKind::DeadLetter,
-        CallKind::Redrive,
-        CallKind::Discard,
-        CallKind::GroupInfo,
-        CallKind::Consumers,
-        CallKind::Pending,
-        CallKind::DeadLetters,
-        CallKind::Range,
-        CallKind::StreamInfo,
-        CallKind::Trim,
-        CallKind::ExtendClaim,
-        CallKind::DeleteConsumer,
-        CallKind::Streams,
-    ];
-
     /// The calls that settle entries a read handed out, and the one that
     /// keeps their claims (an outage of the settles stalls it too).
     pub const SETTLES: [CallKind; 5] = [
@@ -202,33 +199,6 @@ impl CallKind {
                 | CallKind::Pending
                 | CallKind::DeadLetters
         )
-    }
-
-    /// A short name for reports: `"ack"`, `"retry (copy)"`, ...
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CallKind::CheckMode => "check_mode",
-            CallKind::Publish => "publish",
-            CallKind::EnsureGroup => "ensure_group",
-            CallKind::SetGroupPosition => "set_group_position",
-            CallKind::Read => "read",
-            CallKind::Ack => "ack",
-            CallKind::RetryCopy => "retry (copy)",
-            CallKind::RetryAfter => "retry (after)",
-            CallKind::DeadLetter => "dead_letter",
-            CallKind::Redrive => "redrive",
-            CallKind::Discard => "discard",
-            CallKind::GroupInfo => "group_info",
-            CallKind::Consumers => "consumers",
-            CallKind::Pending => "pending",
-            CallKind::DeadLetters => "dead_letters",
-            CallKind::Range => "range",
-            CallKind::StreamInfo => "stream_info",
-            CallKind::Trim => "trim",
-            CallKind::ExtendClaim => "extend_claim",
-            CallKind::DeleteConsumer => "delete_consumer",
-            CallKind::Streams => "streams",
-        }
     }
 
     fn index(self) -> usize {
@@ -312,18 +282,20 @@ impl FaultCounts {
 
     /// Faults of kind `fault` injected into calls of any kind.
     pub fn of_fault(&self, fault: FaultKind) -> u64 {
-        self.counts
-            .iter()
-            .filter(|((_, f), _)| *f == fault)
-            .map(|(_, n)| n)
-            .sum()
+        self.sum(|_, f| f == fault)
     }
 
     /// Faults of any kind injected into calls of kind `call`.
     pub fn of_call(&self, call: CallKind) -> u64 {
+        self.sum(|c, _| c == call)
+    }
+
+    /// Faults injected into the calls `counted` picks, by call kind and
+    /// fault kind.
+    fn sum(&self, counted: impl Fn(CallKind, FaultKind) -> bool) -> u64 {
         self.counts
             .iter()
-            .filter(|((c, _), _)| *c == call)
+            .filter(|((c, f), _)| counted(*c, *f))
             .map(|(_, n)| n)
             .sum()
     }
@@ -1003,129 +975,14 @@ macro_rules! settle_call {
 }
 
 impl Broker for FaultyBroker {
+    delegate_broker!(tracked: ensure_group, read, extend_claim, group_info, stream_info);
+
     fn name(&self) -> &'static str {
         NAME
     }
 
     fn failure(&self) -> Option<String> {
         self.inner.failure()
-    }
-
-    fn ensure_group<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        start: StreamStart,
-    ) -> BrokerFuture<'a, bool> {
-        Box::pin(async move {
-            let call = self.begin(CallKind::EnsureGroup);
-            let resolved = self.enter(&call, Some((stream, group))).await?;
-            let Some(r) = resolved else {
-                return self.inner.ensure_group(stream, group, start).await;
-            };
-            let result = self.inner.ensure_group(stream, &r.inner, start).await;
-            self.leave(&call, Some(&r), result, |state, _, _| {
-                if let Some(g) = state.groups.get_mut(&(stream.to_owned(), group.to_owned())) {
-                    g.created = true;
-                }
-                Vec::new()
-            })
-        })
-    }
-
-    fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
-        Box::pin(async move {
-            let (stream, group, consumer) = (request.stream, request.group, request.consumer);
-            let call = self.begin(CallKind::Read);
-            let resolved = self.enter(&call, Some((stream, group))).await?;
-            let Some(r) = resolved else {
-                return self.inner.read(request).await;
-            };
-            let inner = ReadRequest {
-                group: &r.inner,
-                ..request
-            };
-            let result = tokio::select! {
-                result = self.inner.read(inner) => result,
-                () = self.group_lost(stream, group, r.generation) => Err(self.injected_error(
-                    &call,
-                    "the consumer group was lost while the read was in flight",
-                )),
-            };
-            self.leave(&call, Some(&r), result, |state, batch, confirmed| {
-                let ids: Vec<EntryId> = batch.deliveries.iter().map(|d| d.id()).collect();
-                state.release(stream, group, &batch.dead_lettered);
-                if confirmed {
-                    for id in &ids {
-                        state.hold(stream, group, consumer, *id);
-                    }
-                } else if !ids.is_empty() {
-                    state.lost_reads.push(LostRead {
-                        stream: stream.to_owned(),
-                        group: group.to_owned(),
-                        consumer: consumer.to_owned(),
-                        ids: ids.clone(),
-                    });
-                }
-                ids
-            })
-        })
-    }
-
-    fn extend_claim<'a>(
-        &'a self,
-        stream: &'a str,
-        group: &'a str,
-        consumer: &'a str,
-        ids: &'a [EntryId],
-    ) -> BrokerFuture<'a, u64> {
-        // Faulted like a settle (a lost reply reports its ids), but the
-        // entries stay held: nothing leaves the read-ahead accounting.
-        Box::pin(async move {
-            let call = self.begin(CallKind::ExtendClaim);
-            let resolved = self.enter(&call, Some((stream, group))).await?;
-            let inner_group = resolved.as_ref().map_or(group, |r| r.inner.as_str());
-            let result = self
-                .inner
-                .extend_claim(stream, inner_group, consumer, ids)
-                .await;
-            self.leave(&call, resolved.as_ref(), result, |_, _, _| ids.to_vec())
-        })
-    }
-
-    fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo> {
-        Box::pin(async move {
-            let mut info = self
-                .plain(CallKind::GroupInfo, Some((stream, group)), async |g| {
-                    self.inner.group_info(stream, g).await
-                })
-                .await?;
-            info.name = group.to_owned();
-            Ok(info)
-        })
-    }
-
-    fn stream_info<'a>(&'a self, stream: &'a str) -> BrokerFuture<'a, Option<StreamInfo>> {
-        Box::pin(async move {
-            let mut info = self
-                .plain(CallKind::StreamInfo, None, async |_| {
-                    self.inner.stream_info(stream).await
-                })
-                .await?;
-            if let Some(info) = &mut info {
-                // Current inner names read as the callers' names.
-                let state = self.lock();
-                for name in &mut info.groups {
-                    let current = state.groups.iter().find(|((s, g), st)| {
-                        s == stream && st.generation > 0 && inner_name(g, st.generation) == *name
-                    });
-                    if let Some(((_, group), _)) = current {
-                        name.clone_from(group);
-                    }
-                }
-            }
-            Ok(info)
-        })
     }
 
     broker_methods!(plain_call: check_mode[CheckMode], publish[Publish], publish_batch[Publish]);
@@ -1137,11 +994,149 @@ impl Broker for FaultyBroker {
     broker_methods!(settle_call: ack[Ack], retry, dead_letter[DeadLetter]);
 }
 
+/// The `Broker` methods the wrapper does more for than pass the call on
+/// (`delegate_broker!` writes them): it tracks the groups they create and
+/// the entries they hand out, or names the caller's groups in their
+/// answers.
+mod tracked {
+    use ruststream_core::{
+        BrokerResult, EntryId, GroupInfo, ReadBatch, ReadRequest, StreamInfo, StreamStart,
+    };
+
+    use super::{CallKind, FaultyBroker, LostRead, inner_name};
+
+    /// `Broker::ensure_group` on the group's inner name; recreating a lost
+    /// group is recorded.
+    pub(super) async fn ensure_group(
+        broker: &FaultyBroker,
+        stream: &str,
+        group: &str,
+        start: StreamStart,
+    ) -> BrokerResult<bool> {
+        let call = broker.begin(CallKind::EnsureGroup);
+        let resolved = broker.enter(&call, Some((stream, group))).await?;
+        let Some(r) = resolved else {
+            return broker.inner.ensure_group(stream, group, start).await;
+        };
+        let result = broker.inner.ensure_group(stream, &r.inner, start).await;
+        broker.leave(&call, Some(&r), result, |state, _, _| {
+            if let Some(g) = state.groups.get_mut(&(stream.to_owned(), group.to_owned())) {
+                g.created = true;
+            }
+            Vec::new()
+        })
+    }
+
+    /// `Broker::read` on the group's inner name, failing when the group is
+    /// lost while it is in flight; what it hands out is held by its
+    /// consumer, or recorded as a `LostRead` when its reply is lost.
+    pub(super) async fn read(
+        broker: &FaultyBroker,
+        request: ReadRequest<'_>,
+    ) -> BrokerResult<ReadBatch> {
+        let (stream, group, consumer) = (request.stream, request.group, request.consumer);
+        let call = broker.begin(CallKind::Read);
+        let resolved = broker.enter(&call, Some((stream, group))).await?;
+        let Some(r) = resolved else {
+            return broker.inner.read(request).await;
+        };
+        let inner = ReadRequest {
+            group: &r.inner,
+            ..request
+        };
+        let result = tokio::select! {
+            result = broker.inner.read(inner) => result,
+            () = broker.group_lost(stream, group, r.generation) => Err(broker.injected_error(
+                &call,
+                "the consumer group was lost while the read was in flight",
+            )),
+        };
+        broker.leave(&call, Some(&r), result, |state, batch, confirmed| {
+            let ids: Vec<EntryId> = batch.deliveries.iter().map(|d| d.id()).collect();
+            state.release(stream, group, &batch.dead_lettered);
+            if confirmed {
+                for id in &ids {
+                    state.hold(stream, group, consumer, *id);
+                }
+            } else if !ids.is_empty() {
+                state.lost_reads.push(LostRead {
+                    stream: stream.to_owned(),
+                    group: group.to_owned(),
+                    consumer: consumer.to_owned(),
+                    ids: ids.clone(),
+                });
+            }
+            ids
+        })
+    }
+
+    /// `Broker::extend_claim`, faulted like a settle.
+    pub(super) async fn extend_claim(
+        broker: &FaultyBroker,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+        ids: &[EntryId],
+    ) -> BrokerResult<u64> {
+        // Faulted like a settle (a lost reply reports its ids), but the
+        // entries stay held: nothing leaves the read-ahead accounting.
+        let call = broker.begin(CallKind::ExtendClaim);
+        let resolved = broker.enter(&call, Some((stream, group))).await?;
+        let inner_group = resolved.as_ref().map_or(group, |r| r.inner.as_str());
+        let result = broker
+            .inner
+            .extend_claim(stream, inner_group, consumer, ids)
+            .await;
+        broker.leave(&call, resolved.as_ref(), result, |_, _, _| ids.to_vec())
+    }
+
+    /// `Broker::group_info`, the answer naming the caller's group.
+    pub(super) async fn group_info(
+        broker: &FaultyBroker,
+        stream: &str,
+        group: &str,
+    ) -> BrokerResult<GroupInfo> {
+        let mut info = broker
+            .plain(CallKind::GroupInfo, Some((stream, group)), async |g| {
+                broker.inner.group_info(stream, g).await
+            })
+            .await?;
+        info.name = group.to_owned();
+        Ok(info)
+    }
+
+    /// `Broker::stream_info`, current inner group names read as the
+    /// callers' names.
+    pub(super) async fn stream_info(
+        broker: &FaultyBroker,
+        stream: &str,
+    ) -> BrokerResult<Option<StreamInfo>> {
+        let mut info = broker
+            .plain(CallKind::StreamInfo, None, async |_| {
+                broker.inner.stream_info(stream).await
+            })
+            .await?;
+        if let Some(info) = &mut info {
+            // Current inner names read as the callers' names.
+            let state = broker.lock();
+            for name in &mut info.groups {
+                let current = state.groups.iter().find(|((s, g), st)| {
+                    s == stream && st.generation > 0 && inner_name(g, st.generation) == *name
+                });
+                if let Some(((_, group), _)) = current {
+                    name.clone_from(group);
+                }
+            }
+        }
+        Ok(info)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use ruststream_core::{Message, ReadMode};
+    use ruststream_core::{Message, ReadMode, ReadRequest, StreamStart};
     use ruststream_memory::MemoryBroker;
 
     use super::*;
@@ -1153,6 +1148,16 @@ mod tests {
         let inner: Arc<dyn Broker> = Arc::new(MemoryBroker::new());
         let faults = FaultyBroker::new(Arc::clone(&inner), seed);
         (inner, faults)
+    }
+
+    /// [`faulty`], with group `G` created and one entry published and
+    /// read by consumer `c`, so that `c` holds it.
+    async fn faulty_holding_one(seed: u64) -> (Arc<dyn Broker>, FaultyBroker, EntryId) {
+        let (inner, faults) = faulty(seed);
+        faults.ensure_group(S, G, StreamStart::New).await.unwrap();
+        let a = faults.publish(S, msg("a")).await.unwrap();
+        assert_eq!(read(&faults, 10).await.unwrap(), [a]);
+        (inner, faults, a)
     }
 
     fn msg(text: &str) -> Message {
@@ -1327,10 +1332,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_extended_claim_is_faulted_like_a_settle_and_keeps_its_entries_held() {
-        let (inner, faults) = faulty(4);
-        faults.ensure_group(S, G, StreamStart::New).await.unwrap();
-        let a = faults.publish(S, msg("a")).await.unwrap();
-        assert_eq!(read(&faults, 10).await.unwrap(), [a]);
+        let (inner, faults, a) = faulty_holding_one(4).await;
         faults.script(CallKind::ExtendClaim, 1, Fault::Before);
         faults.script(CallKind::ExtendClaim, 2, Fault::After);
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1360,10 +1362,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lost_group_is_missing_until_recreated_and_a_recreation_at_new_skips() {
-        let (inner, faults) = faulty(5);
-        faults.ensure_group(S, G, StreamStart::New).await.unwrap();
-        let a = faults.publish(S, msg("a")).await.unwrap();
-        assert_eq!(read(&faults, 10).await.unwrap(), [a]);
+        let (inner, faults, a) = faulty_holding_one(5).await;
 
         let loss = faults.lose_group(S, G);
         assert_eq!(

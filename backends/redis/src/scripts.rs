@@ -46,40 +46,39 @@ fn script(body: &str) -> Lua {
     }
 }
 
-/// Every script the broker runs, hashed once.
-pub(crate) struct Scripts {
-    read: Lua,
-    post: Lua,
-    ack: Lua,
-    retry: Lua,
-    dead_letter: Lua,
-    redrive: Lua,
-    discard: Lua,
-    extend_claim: Lua,
-    delete_consumer: Lua,
-    dead_letters: Lua,
-    pending: Lua,
-    retain: Lua,
+/// Declares [`Scripts`] from one list of the scripts' names: a field for
+/// each, loaded from `lua/NAME.lua` by `Scripts::new`.
+macro_rules! scripts {
+    ($($name:ident),+ $(,)?) => {
+        /// Every script the broker runs, hashed once.
+        pub(crate) struct Scripts {
+            $($name: Lua,)+
+        }
+
+        impl Scripts {
+            pub(crate) fn new() -> Self {
+                Scripts {
+                    $($name: script(include_str!(concat!("lua/", stringify!($name), ".lua"))),)+
+                }
+            }
+        }
+    };
 }
 
-impl Scripts {
-    pub(crate) fn new() -> Self {
-        Scripts {
-            read: script(include_str!("lua/read.lua")),
-            post: script(include_str!("lua/post.lua")),
-            ack: script(include_str!("lua/ack.lua")),
-            retry: script(include_str!("lua/retry.lua")),
-            dead_letter: script(include_str!("lua/dead_letter.lua")),
-            redrive: script(include_str!("lua/redrive.lua")),
-            discard: script(include_str!("lua/discard.lua")),
-            extend_claim: script(include_str!("lua/extend_claim.lua")),
-            delete_consumer: script(include_str!("lua/delete_consumer.lua")),
-            dead_letters: script(include_str!("lua/dead_letters.lua")),
-            pending: script(include_str!("lua/pending.lua")),
-            retain: script(include_str!("lua/retain.lua")),
-        }
-    }
-}
+scripts!(
+    read,
+    post,
+    ack,
+    retry,
+    dead_letter,
+    redrive,
+    discard,
+    extend_claim,
+    delete_consumer,
+    dead_letters,
+    pending,
+    retain,
+);
 
 impl std::fmt::Debug for Scripts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -46,7 +46,6 @@
 //! Keys are named `rs-bench:*` and deleted after each run.
 
 use std::error::Error;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ruststream::prelude::*;
@@ -64,7 +63,6 @@ const GROUP: &str = "ledger";
 const TARGET_RATIO: f64 = 0.80;
 /// Issue 15's target: a batch subscriber at least as fast as the hand loop.
 const BATCH_TARGET_RATIO: f64 = 1.0;
-const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn url() -> String {
     std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
@@ -179,25 +177,14 @@ async fn consume_app(
     n: u64,
     row: Row,
 ) -> BenchResult<Duration> {
-    PROBE.arm(n);
-    run_stream::set(stream)?;
-    let started = Instant::now();
-    let app = RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(broker.clone(), |b| {
+    redis_loops::app_consume(broker, stream, GROUP, n, &PROBE, |b| {
         match row {
             Row::SubscriberPrefetch => b.include(ledger_prefetch),
             Row::SubscriberBatch => b.include(ledger_batch),
             _ => b.include(ledger_default),
         };
-    });
-    let running = app.start().await?;
-    if PROBE.handled.load(Ordering::SeqCst) < n {
-        tokio::time::timeout(RUN_TIMEOUT, PROBE.done.notified()).await?;
-    }
-    // Every entry handled; now every ack settled.
-    redis_loops::until_settled(broker, stream, GROUP).await?;
-    let elapsed = started.elapsed();
-    running.shutdown().await;
-    Ok(elapsed)
+    })
+    .await
 }
 
 /// Client-side allocations per message of a consume row (the fill not

@@ -25,7 +25,6 @@
 //! each run.
 
 use std::error::Error;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use redis::cluster_async::ClusterConnection;
@@ -42,7 +41,6 @@ const REPS: usize = 3;
 const GROUP: &str = "ledger";
 const STREAMS: usize = 8;
 const PUBLISHERS: u64 = 8;
-const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn urls() -> Vec<String> {
     let list = std::env::var("RUSTSTREAM_REDIS_CLUSTER_URLS");
@@ -104,17 +102,10 @@ impl Row {
 }
 
 async fn consume_app(broker: &RedisBroker, stream: &str, n: u64) -> BenchResult<()> {
-    PROBE.arm(n);
-    run_stream::set(stream)?;
-    let app = RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(broker.clone(), |b| {
+    redis_loops::app_consume(broker, stream, GROUP, n, &PROBE, |b| {
         b.include(ledger);
-    });
-    let running = app.start().await?;
-    if PROBE.handled.load(Ordering::SeqCst) < n {
-        tokio::time::timeout(RUN_TIMEOUT, PROBE.done.notified()).await?;
-    }
-    redis_loops::until_settled(broker, stream, GROUP).await?;
-    running.shutdown().await;
+    })
+    .await?;
     Ok(())
 }
 

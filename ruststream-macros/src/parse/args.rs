@@ -34,12 +34,13 @@ pub(crate) struct OptionSpec {
 }
 
 /// Declares the options of `#[subscriber]` once: a `syn` keyword for each
-/// (what the parser peeks for) and [`OPTIONS`] (what error messages list
-/// and what a misspelt option is matched against), so that the two cannot
-/// drift apart. `OptionName::parse` has one branch per keyword; a unit test
-/// parses every usage listed here.
+/// (what the parser peeks for), [`OPTIONS`] (what error messages list and
+/// what a misspelt option is matched against) and the `OptionName` variant
+/// it is read into, with `OptionName`'s parsing, name and span, so that
+/// none of them can drift apart. A unit test parses every usage listed
+/// here.
 macro_rules! subscriber_options {
-    ($($keyword:ident: $($usage:literal),+;)+) => {
+    ($($keyword:ident => $variant:ident: $($usage:literal),+;)+) => {
         /// The keywords of `#[subscriber]`'s options.
         mod kw {
             $(syn::custom_keyword!($keyword);)+
@@ -51,16 +52,57 @@ macro_rules! subscriber_options {
         pub(crate) const OPTIONS: &[OptionSpec] = &[
             $(OptionSpec { name: stringify!($keyword), usages: &[$($usage),+] },)+
         ];
+
+        /// An option's name as written.
+        enum OptionName {
+            $($variant(kw::$keyword),)+
+            /// `by_key` on its own: it belongs inside `workers(..)`.
+            ByKey(kw::by_key),
+            /// Any other word: a misspelt option, or a descriptor method.
+            Other(Ident),
+        }
+
+        impl OptionName {
+            fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+                $(if input.peek(kw::$keyword) {
+                    return input.parse().map(Self::$variant);
+                })+
+                if input.peek(kw::by_key) {
+                    input.parse().map(Self::ByKey)
+                } else if input.peek(Ident::peek_any) {
+                    input.call(Ident::parse_any).map(Self::Other)
+                } else {
+                    Err(input.error(format!("expected an option: {}", options_list())))
+                }
+            }
+
+            /// The name as written, for messages and to find duplicates.
+            fn name(&self) -> String {
+                match self {
+                    $(Self::$variant(_) => stringify!($keyword).to_owned(),)+
+                    Self::ByKey(_) => "by_key".to_owned(),
+                    Self::Other(ident) => ident.unraw().to_string(),
+                }
+            }
+
+            fn span(&self) -> Span {
+                match self {
+                    $(Self::$variant(keyword) => keyword.span,)+
+                    Self::ByKey(keyword) => keyword.span,
+                    Self::Other(ident) => ident.span(),
+                }
+            }
+        }
     };
 }
 
 subscriber_options! {
-    workers: "workers(n)", "workers(n, by_key)";
-    reply: "reply";
-    max_deliveries: "max_deliveries(n)";
-    prefetch: "prefetch(n)";
-    backoff: "backoff(fixed(1s))", "backoff(exponential(100ms, 2.0, max = 5min), jitter)";
-    batch: "batch(max = 500, wait = 10ms)";
+    workers => Workers: "workers(n)", "workers(n, by_key)";
+    reply => Reply: "reply";
+    max_deliveries => MaxDeliveries: "max_deliveries(n)";
+    prefetch => Prefetch: "prefetch(n)";
+    backoff => Backoff: "backoff(fixed(1s))", "backoff(exponential(100ms, 2.0, max = 5min), jitter)";
+    batch => Batch: "batch(max = 500, wait = 10ms)";
 }
 
 /// What a descriptor reads, as the constructor it starts with says.
@@ -206,71 +248,6 @@ pub(crate) struct Count {
     pub(crate) expr: Expr,
     /// The value, when `expr` is an integer literal.
     pub(crate) literal: Option<u64>,
-}
-
-/// An option's name as written.
-enum OptionName {
-    Workers(kw::workers),
-    Reply(kw::reply),
-    MaxDeliveries(kw::max_deliveries),
-    Prefetch(kw::prefetch),
-    Backoff(kw::backoff),
-    Batch(kw::batch),
-    /// `by_key` on its own: it belongs inside `workers(..)`.
-    ByKey(kw::by_key),
-    /// Any other word: a misspelt option, or a descriptor method.
-    Other(Ident),
-}
-
-impl OptionName {
-    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
-        if input.peek(kw::workers) {
-            input.parse().map(Self::Workers)
-        } else if input.peek(kw::reply) {
-            input.parse().map(Self::Reply)
-        } else if input.peek(kw::max_deliveries) {
-            input.parse().map(Self::MaxDeliveries)
-        } else if input.peek(kw::prefetch) {
-            input.parse().map(Self::Prefetch)
-        } else if input.peek(kw::backoff) {
-            input.parse().map(Self::Backoff)
-        } else if input.peek(kw::batch) {
-            input.parse().map(Self::Batch)
-        } else if input.peek(kw::by_key) {
-            input.parse().map(Self::ByKey)
-        } else if input.peek(Ident::peek_any) {
-            input.call(Ident::parse_any).map(Self::Other)
-        } else {
-            Err(input.error(format!("expected an option: {}", options_list())))
-        }
-    }
-
-    /// The name as written, for messages and to find duplicates.
-    fn name(&self) -> String {
-        match self {
-            Self::Workers(_) => "workers".to_owned(),
-            Self::Reply(_) => "reply".to_owned(),
-            Self::MaxDeliveries(_) => "max_deliveries".to_owned(),
-            Self::Prefetch(_) => "prefetch".to_owned(),
-            Self::Backoff(_) => "backoff".to_owned(),
-            Self::Batch(_) => "batch".to_owned(),
-            Self::ByKey(_) => "by_key".to_owned(),
-            Self::Other(ident) => ident.unraw().to_string(),
-        }
-    }
-
-    fn span(&self) -> Span {
-        match self {
-            Self::Workers(keyword) => keyword.span,
-            Self::Reply(keyword) => keyword.span,
-            Self::MaxDeliveries(keyword) => keyword.span,
-            Self::Prefetch(keyword) => keyword.span,
-            Self::Backoff(keyword) => keyword.span,
-            Self::Batch(keyword) => keyword.span,
-            Self::ByKey(keyword) => keyword.span,
-            Self::Other(ident) => ident.span(),
-        }
-    }
 }
 
 /// An option's parenthesised arguments.
@@ -462,29 +439,44 @@ fn workers(cx: &Ctxt, span: Span, args: Option<OptionArgs>) -> Option<Workers> {
         args,
         "workers(8)` or `workers(8, by_key)",
     )?;
-    let mut args = args.into_iter();
-    let count = args.next().map(|n| count(cx, CountOption::Workers, n));
-    let by_key = match args.next() {
-        None => false,
-        Some(Expr::Path(path)) if syn::parse2::<kw::by_key>(path.to_token_stream()).is_ok() => true,
-        Some(other) => {
-            cx.error_spanned_by(
-                &other,
-                "expected `by_key`: `workers(n, by_key)` keeps entries with the same partition key on one lane",
-            );
-            false
-        }
-    };
-    if let Some(extra) = args.next() {
-        cx.error_spanned_by(
-            &extra,
-            "`workers` takes at most two arguments: `workers(n)` or `workers(n, by_key)`",
-        );
-    }
+    let (count, by_key) = with_flag::<kw::by_key, _>(
+        cx,
+        args,
+        |n| count(cx, CountOption::Workers, n),
+        "expected `by_key`: `workers(n, by_key)` keeps entries with the same partition key on one lane",
+        "`workers` takes at most two arguments: `workers(n)` or `workers(n, by_key)`",
+    );
     Some(Workers {
         count: count?,
         by_key,
     })
+}
+
+/// An option's arguments `(first)` or `(first, FLAG)`, `FLAG` the keyword
+/// `K` (`by_key`, `jitter`): `first` read by `read`, and whether the flag
+/// is there. A second argument other than `K` is an error (`expected` says
+/// what may stand there), and so is a third (`at_most`).
+fn with_flag<K: Parse, T>(
+    cx: &Ctxt,
+    args: Punctuated<Expr, Token![,]>,
+    read: impl FnOnce(Expr) -> T,
+    expected: &str,
+    at_most: &str,
+) -> (Option<T>, bool) {
+    let mut args = args.into_iter();
+    let first = args.next().map(read);
+    let flag = match args.next() {
+        None => false,
+        Some(Expr::Path(path)) if syn::parse2::<K>(path.to_token_stream()).is_ok() => true,
+        Some(other) => {
+            cx.error_spanned_by(&other, expected);
+            false
+        }
+    };
+    if let Some(extra) = args.next() {
+        cx.error_spanned_by(&extra, at_most);
+    }
+    (first, flag)
 }
 
 /// How `backoff` is written, for messages.
@@ -501,26 +493,15 @@ const BACKOFF_POLICIES: &[(&str, &str)] = &[
 /// literals, so the whole policy is checked here, against the rules of
 /// the core's `BackoffPolicy`, each error on the argument that breaks one.
 fn backoff(cx: &Ctxt, span: Span, args: Option<OptionArgs>) -> Option<BackoffPolicy> {
-    let mut args = expect_args(cx, "backoff", span, args, BACKOFF_EXAMPLE)?.into_iter();
-    let policy = args.next().and_then(|policy| backoff_policy(cx, &policy));
-    let jitter = match args.next() {
-        None => false,
-        Some(Expr::Path(path)) if syn::parse2::<kw::jitter>(path.to_token_stream()).is_ok() => true,
-        Some(other) => {
-            cx.error_spanned_by(
-                &other,
-                "expected `jitter`: `backoff(fixed(1s), jitter)` draws each delay uniformly from [delay/2, delay]",
-            );
-            false
-        }
-    };
-    if let Some(extra) = args.next() {
-        cx.error_spanned_by(
-            &extra,
-            "`backoff` takes at most two arguments: a policy and `jitter`",
-        );
-    }
-    let policy = policy?;
+    let args = expect_args(cx, "backoff", span, args, BACKOFF_EXAMPLE)?;
+    let (policy, jitter) = with_flag::<kw::jitter, _>(
+        cx,
+        args,
+        |policy| backoff_policy(cx, &policy),
+        "expected `jitter`: `backoff(fixed(1s), jitter)` draws each delay uniformly from [delay/2, delay]",
+        "`backoff` takes at most two arguments: a policy and `jitter`",
+    );
+    let policy = policy.flatten()?;
     Some(if jitter { policy.with_jitter() } else { policy })
 }
 

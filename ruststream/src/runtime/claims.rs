@@ -84,10 +84,9 @@ impl<'a> KeepAlive<'a> {
             self.call = None;
             if let Err(error) = result {
                 let env = self.env;
-                tracing::warn!(
-                    subscriber = env.name,
-                    stream = env.stream(),
-                    group = env.group(),
+                group_event!(
+                    warn,
+                    env,
                     %error,
                     "could not refresh the claims on held entries; trying again at the next tick"
                 );

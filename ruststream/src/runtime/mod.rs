@@ -27,6 +27,20 @@
 //! - `stats`: counters, and the [`SubscriptionStats`] an app reports;
 //! - `backoff`: jittered exponential backoff.
 
+/// Logs a `tracing` event at `$level` about a subscription's group: the
+/// subscriber's name, its stream and its group, then the fields and the
+/// message given, as `tracing::$level!` takes them.
+macro_rules! group_event {
+    ($level:ident, $env:ident, $($rest:tt)+) => {
+        tracing::$level!(
+            subscriber = $env.name,
+            stream = $env.stream(),
+            group = $env.group(),
+            $($rest)+
+        )
+    };
+}
+
 mod backoff;
 mod batch;
 mod claims;
@@ -192,7 +206,6 @@ async fn hand_back_strays(env: &Env) {
         );
         return;
     }
-    let (stream, group) = (env.stream(), env.group());
     // Every entry the task saw is settled or handed back by now: it holds
     // nothing.
     let look = own_pending::hand_back_own_strays(env, &[]);
@@ -201,25 +214,22 @@ async fn hand_back_strays(env: &Env) {
         Ok(Ok(n)) => {
             env.counters
                 .settled_as(crate::metrics::Outcome::HandedBack, n);
-            tracing::info!(
-                subscriber = env.name,
-                stream,
-                group,
+            group_event!(
+                info,
+                env,
                 entries = n,
                 "handed back entries a read abandoned at shutdown had handed out"
             );
         }
-        Ok(Err(error)) => tracing::warn!(
-            subscriber = env.name,
-            stream,
-            group,
+        Ok(Err(error)) => group_event!(
+            warn,
+            env,
             %error,
             "could not look for entries an abandoned read handed out; a restart re-reads them"
         ),
-        Err(_) => tracing::warn!(
-            subscriber = env.name,
-            stream,
-            group,
+        Err(_) => group_event!(
+            warn,
+            env,
             "the broker did not answer the last look at the pending list; a restart re-reads it"
         ),
     }

@@ -107,10 +107,9 @@ impl TwinWatch {
         let look_again = match result {
             Ok(look) => {
                 if look.handed_back > 0 {
-                    tracing::warn!(
-                        subscriber = env.name,
-                        stream = env.stream(),
-                        group = env.group(),
+                    group_event!(
+                        warn,
+                        env,
                         consumer = %env.consumer,
                         entries = look.handed_back,
                         "entries under this consumer name were left unrefreshed for the live window: handed back to the group"
@@ -118,10 +117,9 @@ impl TwinWatch {
                 }
                 if look.fresh > 0 && !self.warned {
                     self.warned = true;
-                    tracing::warn!(
-                        subscriber = env.name,
-                        stream = env.stream(),
-                        group = env.group(),
+                    group_event!(
+                        warn,
+                        env,
                         consumer = %env.consumer,
                         entries = look.fresh,
                         live_window = ?window,
@@ -139,10 +137,9 @@ impl TwinWatch {
                 look.fresh > 0 || !env.subscription.stream.retries_in_place()
             }
             Err(error) => {
-                tracing::warn!(
-                    subscriber = env.name,
-                    stream = env.stream(),
-                    group = env.group(),
+                group_event!(
+                    warn,
+                    env,
                     consumer = %env.consumer,
                     %error,
                     "could not list the own pending entries; looking again once the live window has passed"
@@ -259,10 +256,9 @@ pub(super) fn recheck_after_a_lost_read(
         }
         let n = hand_back_own_strays(env, &holding).await?;
         if n > 0 {
-            tracing::warn!(
-                subscriber = env.name,
-                stream = env.stream(),
-                group = env.group(),
+            group_event!(
+                warn,
+                env,
                 entries = n,
                 "entries a read whose reply was lost had handed out: handed back"
             );

@@ -21,25 +21,22 @@ pub(super) async fn prune_idle_consumers(env: Env) {
     };
     match tokio::time::timeout(PRUNE_TIMEOUT, prune(&env, idle)).await {
         Ok(Ok(0)) => {}
-        Ok(Ok(deleted)) => tracing::info!(
-            subscriber = env.name,
-            stream = env.stream(),
-            group = env.group(),
+        Ok(Ok(deleted)) => group_event!(
+            info,
+            env,
             deleted,
             idle_for = ?idle,
             "deleted consumers that held nothing and were idle"
         ),
-        Ok(Err(error)) => tracing::warn!(
-            subscriber = env.name,
-            stream = env.stream(),
-            group = env.group(),
+        Ok(Err(error)) => group_event!(
+            warn,
+            env,
             %error,
             "could not prune idle consumers; they are kept"
         ),
-        Err(_) => tracing::warn!(
-            subscriber = env.name,
-            stream = env.stream(),
-            group = env.group(),
+        Err(_) => group_event!(
+            warn,
+            env,
             "pruning idle consumers took too long; the rest are kept"
         ),
     }

@@ -35,12 +35,9 @@ async fn audit(_payload: &[u8], ctx: &mut Context<'_>) {
 }
 
 fn main() -> ExitCode {
-    let (dir, drain) = match crash_child::args("filelog-crash-child DIR [--drain]") {
-        Ok(args) => args,
-        Err(code) => return code,
-    };
-    crash_child::run(
-        || {
+    crash_child::main(
+        "filelog-crash-child DIR [--drain]",
+        |dir| {
             FileLogBroker::open(&dir)
                 .map(|b| Arc::new(b) as Arc<dyn Broker>)
                 .map_err(|e| format!("cannot open {dir}: {e}"))
@@ -49,6 +46,5 @@ fn main() -> ExitCode {
             b.include(work);
             b.include(audit);
         },
-        drain,
     )
 }

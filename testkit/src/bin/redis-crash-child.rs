@@ -59,17 +59,13 @@ async fn audit(_payload: &[u8], ctx: &mut Context<'_>) {
 }
 
 fn main() -> ExitCode {
-    let (url, drain) = match crash_child::args("redis-crash-child URL [--drain]") {
-        Ok(args) => args,
-        Err(code) => return code,
-    };
-    crash_child::run(
-        || Ok(Arc::new(RedisBroker::standalone(url)) as Arc<dyn Broker>),
+    crash_child::main(
+        "redis-crash-child URL [--drain]",
+        |url| Ok(Arc::new(RedisBroker::standalone(url)) as Arc<dyn Broker>),
         |b| {
             b.include(work);
             b.include(take_over);
             b.include(audit);
         },
-        drain,
     )
 }

@@ -126,7 +126,7 @@ async fn probe_claim(broker: &RedisBroker, key: &str) -> BrokerResult<ClaimSuppo
         .arg(key)
         .arg(">");
     pipe.cmd("DEL").arg(key);
-    let replies: Vec<Result<Value, RedisError>> = broker.pipeline(&pipe, scope).await?;
+    let replies: Vec<Result<Value, RedisError>> = broker.query(&pipe, scope).await?;
     let [created, read, deleted] = <[_; 3]>::try_from(replies).map_err(|_| {
         scope.bad_reply(BadReply(
             "a three-command pipeline did not answer three times".to_owned(),

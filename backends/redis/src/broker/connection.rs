@@ -248,15 +248,15 @@ impl RedisBroker {
         Ok(shared.clone())
     }
 
+    /// Sends a command or a pipeline in one round trip, on the shared
+    /// connection, with its errors mapped for `scope`.
     pub(super) async fn query<T: FromRedisValue>(
         &self,
-        cmd: &Cmd,
+        query: &impl Query,
         scope: Scope<'_>,
     ) -> BrokerResult<T> {
         let mut conn = self.conn().await?;
-        cmd.query_async(&mut conn)
-            .await
-            .map_err(|e| scope.error(&e))
+        query.send(&mut conn).await.map_err(|e| scope.error(&e))
     }
 
     /// Runs a script's wrapper on the shared connection, with its errors
@@ -273,18 +273,6 @@ impl RedisBroker {
         call(&self.inner.scripts, conn)
             .await
             .map_err(|e| scope.script_error(e))
-    }
-
-    /// Sends `pipe` in one round trip.
-    pub(super) async fn pipeline<T: FromRedisValue>(
-        &self,
-        pipe: &Pipeline,
-        scope: Scope<'_>,
-    ) -> BrokerResult<T> {
-        let mut conn = self.conn().await?;
-        pipe.query_async(&mut conn)
-            .await
-            .map_err(|e| scope.error(&e))
     }
 
     /// Waits up to `wait` for any of `keys` (stream, last id seen) to get an
@@ -513,3 +501,30 @@ mod tests {
         assert!(mapped.to_string().contains("jobs"), "{mapped}");
     }
 }
+
+/// What [`RedisBroker::query`] sends in one round trip: a command or a
+/// pipeline.
+pub(super) trait Query {
+    /// Sends it on `conn` and decodes the reply.
+    fn send<T: FromRedisValue>(
+        &self,
+        conn: &mut Conn,
+    ) -> impl Future<Output = redis::RedisResult<T>> + Send;
+}
+
+/// Implements [`Query`] for redis-rs types that send themselves with
+/// `query_async`.
+macro_rules! query_async {
+    ($($query:ty),+) => {$(
+        impl Query for $query {
+            fn send<T: FromRedisValue>(
+                &self,
+                conn: &mut Conn,
+            ) -> impl Future<Output = redis::RedisResult<T>> + Send {
+                self.query_async(conn)
+            }
+        }
+    )+};
+}
+
+query_async!(Cmd, Pipeline);

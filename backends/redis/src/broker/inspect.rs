@@ -26,7 +26,7 @@ pub(super) async fn group_info(
     pipe.cmd("XINFO").arg("GROUPS").arg(stream);
     pipe.cmd("ZCARD").arg(&keys.due);
     pipe.cmd("ZCARD").arg(&keys.dead_index);
-    let (groups, owed, dead): (Value, u64, u64) = broker.pipeline(&pipe, scope).await?;
+    let (groups, owed, dead): (Value, u64, u64) = broker.query(&pipe, scope).await?;
     let row = group_row(&groups, stream, group, scope)?;
     let lag = match row.lag {
         Some(lag) => lag,

@@ -198,7 +198,7 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
         .arg("STREAMS")
         .arg(req.stream)
         .arg(">");
-    let replies: Vec<Result<Value, RedisError>> = broker.pipeline(&pipe, scope).await?;
+    let replies: Vec<Result<Value, RedisError>> = broker.query(&pipe, scope).await?;
     let [time, first_due, wake, last, new] = <[_; 5]>::try_from(replies).map_err(|_| {
         scope.bad_reply(BadReply(
             "a five-command pipeline did not answer five times".to_owned(),

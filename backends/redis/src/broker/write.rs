@@ -31,7 +31,7 @@ pub(super) async fn publish_batch(
             .arg(ack.replicas)
             .arg(codec::ms(ack.timeout));
     }
-    let mut replies: Vec<Value> = broker.pipeline(&pipe, scope).await?;
+    let mut replies: Vec<Value> = broker.query(&pipe, scope).await?;
     let replicated = match wait {
         Some(_) => replies.pop(),
         None => None,

@@ -42,9 +42,23 @@ pub(crate) async fn audited(id: impl std::fmt::Display) {
     println!("AUDITED {id}");
 }
 
+/// A child's whole `main`: parses its arguments (`usage`, see [`args`]),
+/// then [`run`]s on the broker `broker` opens at the location they name.
+pub(crate) fn main(
+    usage: &str,
+    broker: impl FnOnce(String) -> Result<Arc<dyn Broker>, String>,
+    include: impl FnOnce(&mut BrokerScope<'_>),
+) -> ExitCode {
+    let (location, drain) = match args(usage) {
+        Ok(args) => args,
+        Err(code) => return code,
+    };
+    run(|| broker(location), include, drain)
+}
+
 /// Parses `<child> <WHERE> [--drain]`: the broker's location, and whether
 /// to drain.
-pub(crate) fn args(usage: &str) -> Result<(String, bool), ExitCode> {
+fn args(usage: &str) -> Result<(String, bool), ExitCode> {
     let Some(location) = std::env::args().nth(1) else {
         eprintln!("usage: {usage}");
         return Err(ExitCode::from(2));
@@ -64,7 +78,7 @@ pub(crate) fn args(usage: &str) -> Result<(String, bool), ExitCode> {
 
 /// Runs the child on `broker` with the subscribers `include` adds, until
 /// it is killed (or, draining, until both groups are empty).
-pub(crate) fn run(
+fn run(
     broker: impl FnOnce() -> Result<Arc<dyn Broker>, String>,
     include: impl FnOnce(&mut BrokerScope<'_>),
     drain: bool,
