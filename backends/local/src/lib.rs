@@ -617,7 +617,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         if let Err(error) = names {
             return ready(Err(error));
         }
-        let deleted = ready(self.group_change(
+        let deleted = self.group_change(
             "a delete_consumer",
             stream,
             &[],
@@ -627,8 +627,8 @@ impl<P: Persistence> Broker for LocalBroker<P> {
                 e.delete_consumer(stream, group, consumer, min_idle, now)
                     .map(u64::from)
             },
-        ));
-        Box::pin(async move { Ok(deleted.await? == 1) })
+        );
+        ready(deleted.map(|n| n == 1))
     }
 
     fn redrive<'a>(

@@ -513,10 +513,9 @@ fn retry_on_lane(env: &Env, started: &Started, decision: &Decision) -> Option<On
     if let Some(max) = env.subscription.max_deliveries
         && deliveries >= max
     {
-        tracing::warn!(
-            subscriber = env.name,
-            stream = env.stream(),
-            group = env.group(),
+        group_event!(
+            warn,
+            env,
             id = %started.id,
             max_deliveries = max,
             "entry dead-lettered: delivered max_deliveries times on its by_key lane"

@@ -366,10 +366,9 @@ impl<'a> Reader<'a> {
         env.counters.add_read(batch.deliveries.len() as u64);
         for id in &batch.dead_lettered {
             env.counters.settled_as(Outcome::DeadLetter, 1);
-            tracing::warn!(
-                subscriber = env.name,
-                stream = env.stream(),
-                group = env.group(),
+            group_event!(
+                warn,
+                env,
                 %id,
                 max_deliveries = env.subscription.max_deliveries,
                 "entry dead-lettered: delivered max_deliveries times"

@@ -360,10 +360,9 @@ where
     if settler.abandoned.load(Ordering::Relaxed) {
         // An earlier call gave up at shutdown: the broker is not answering,
         // and trying this one too would only make shutdown longer.
-        tracing::error!(
-            subscriber = env.name,
-            stream = env.stream(),
-            group = env.group(),
+        group_event!(
+            error,
+            env,
             entries,
             "{what} not tried while stopping (the broker stopped answering): the entries stay \
              pending, and are delivered again after a restart or once idle"
@@ -394,10 +393,9 @@ where
             if outbox.is_closed() {
                 settler.abandoned.store(true, Ordering::Relaxed);
             }
-            tracing::error!(
-                subscriber = env.name,
-                stream = env.stream(),
-                group = env.group(),
+            group_event!(
+                error,
+                env,
                 %error,
                 entries,
                 "{what} failed while stopping; not applied (an ack on Redis may have acked the \
@@ -407,10 +405,9 @@ where
             return false;
         }
         let delay = backoff.next_delay();
-        tracing::warn!(
-            subscriber = env.name,
-            stream = env.stream(),
-            group = env.group(),
+        group_event!(
+            warn,
+            env,
             %error,
             entries,
             retry_in = ?delay,
