@@ -67,7 +67,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use ruststream_core::{
-    Broker, BrokerError, BrokerResult, EntryId, Retry, broker_methods, delegate_broker,
+    Broker, BrokerError, BrokerResult, EntryId, ReadBatch, ReadRequest, Retry, broker_methods,
+    delegate_broker,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -566,6 +567,20 @@ struct Call {
     fault: Option<Fault>,
 }
 
+impl Call {
+    /// The report of `fault` injected into this call on `target`.
+    fn event(&self, target: Option<(&str, &str)>, fault: Fault) -> FaultEvent {
+        FaultEvent {
+            call: self.kind,
+            nth: self.nth,
+            fault,
+            stream: target.map(|(s, _)| s.to_owned()),
+            group: target.map(|(_, g)| g.to_owned()),
+            ids: Vec::new(),
+        }
+    }
+}
+
 /// A call's group: the caller's name, where it goes, and when.
 struct Resolved {
     stream: String,
@@ -777,19 +792,22 @@ impl FaultyBroker {
         call: &Call,
         target: Option<(&str, &str)>,
     ) -> BrokerResult<Option<Resolved>> {
-        let event = |fault: Fault| FaultEvent {
-            call: call.kind,
-            nth: call.nth,
-            fault,
-            stream: target.map(|(s, _)| s.to_owned()),
-            group: target.map(|(_, g)| g.to_owned()),
-            ids: Vec::new(),
-        };
+        if let Some(Fault::Delay(d)) = call.fault {
+            self.lock().count(call.event(target, Fault::Delay(d)));
+            tokio::time::sleep(d).await;
+        }
+        self.enter_now(call, target)
+    }
+
+    /// [`FaultyBroker::enter`] without the delay: for a call answered on
+    /// the spot, whose caller checked that it has none.
+    fn enter_now(
+        &self,
+        call: &Call,
+        target: Option<(&str, &str)>,
+    ) -> BrokerResult<Option<Resolved>> {
+        let event = |fault: Fault| call.event(target, fault);
         match call.fault {
-            Some(Fault::Delay(d)) => {
-                self.lock().count(event(Fault::Delay(d)));
-                tokio::time::sleep(d).await;
-            }
             Some(Fault::Before) => {
                 self.lock().count(event(Fault::Before));
                 return Err(self.injected_error(call, "before the call: nothing was applied"));
@@ -802,7 +820,7 @@ impl FaultyBroker {
                         .injected_error(call, "the server restarted and lost the consumer group"));
                 }
             }
-            Some(Fault::After) | None => {}
+            Some(Fault::After | Fault::Delay(_)) | None => {}
         }
         let Some((stream, group)) = target else {
             return Ok(None);
@@ -977,6 +995,45 @@ macro_rules! settle_call {
 impl Broker for FaultyBroker {
     delegate_broker!(tracked: ensure_group, read, extend_claim, group_info, stream_info);
 
+    /// Faulted as `read` is, where the inner broker answers on the spot;
+    /// a call drawn to be delayed is left to `read` (`None`), which then
+    /// draws its own fault.
+    fn read_now(
+        &self,
+        request: &ReadRequest<'_>,
+        batch: &mut ReadBatch,
+    ) -> Option<BrokerResult<()>> {
+        let answer = tracked::read_now(self, request, batch)?;
+        if answer.is_err() {
+            batch.deliveries.clear();
+            batch.dead_lettered.clear();
+        }
+        Some(answer)
+    }
+
+    /// Faulted as `ack` is, where the inner broker answers on the spot
+    /// (a delayed call is left to `ack`, as for `read_now`).
+    fn ack_now(&self, stream: &str, group: &str, ids: &[EntryId]) -> Option<BrokerResult<u64>> {
+        let call = self.begin(CallKind::Ack);
+        if matches!(call.fault, Some(Fault::Delay(_))) {
+            return None;
+        }
+        let resolved = match self.enter_now(&call, Some((stream, group))) {
+            Ok(resolved) => resolved,
+            Err(error) => return Some(Err(error)),
+        };
+        let inner_group = resolved.as_ref().map_or(group, |r| r.inner.as_str());
+        let result = self.inner.ack_now(stream, inner_group, ids)?;
+        Some(
+            self.leave(&call, resolved.as_ref(), result, |state, _, confirmed| {
+                if confirmed {
+                    state.release(stream, group, ids);
+                }
+                ids.to_vec()
+            }),
+        )
+    }
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -1034,7 +1091,7 @@ mod tracked {
         broker: &FaultyBroker,
         request: ReadRequest<'_>,
     ) -> BrokerResult<ReadBatch> {
-        let (stream, group, consumer) = (request.stream, request.group, request.consumer);
+        let (stream, group) = (request.stream, request.group);
         let call = broker.begin(CallKind::Read);
         let resolved = broker.enter(&call, Some((stream, group))).await?;
         let Some(r) = resolved else {
@@ -1052,22 +1109,67 @@ mod tracked {
             )),
         };
         broker.leave(&call, Some(&r), result, |state, batch, confirmed| {
-            let ids: Vec<EntryId> = batch.deliveries.iter().map(|d| d.id()).collect();
-            state.release(stream, group, &batch.dead_lettered);
-            if confirmed {
-                for id in &ids {
-                    state.hold(stream, group, consumer, *id);
-                }
-            } else if !ids.is_empty() {
-                state.lost_reads.push(LostRead {
-                    stream: stream.to_owned(),
-                    group: group.to_owned(),
-                    consumer: consumer.to_owned(),
-                    ids: ids.clone(),
-                });
-            }
-            ids
+            took(state, &request, batch, confirmed)
         })
+    }
+
+    /// `Broker::read_now` faulted as [`read`] is (a read answered on the
+    /// spot has no time in flight, so no group is lost during it); `None`
+    /// where the inner broker does not answer so, or the call was drawn to
+    /// be delayed.
+    pub(super) fn read_now(
+        broker: &FaultyBroker,
+        request: &ReadRequest<'_>,
+        batch: &mut ReadBatch,
+    ) -> Option<BrokerResult<()>> {
+        let call = broker.begin(CallKind::Read);
+        if matches!(call.fault, Some(super::Fault::Delay(_))) {
+            return None;
+        }
+        let resolved = match broker.enter_now(&call, Some((request.stream, request.group))) {
+            Ok(resolved) => resolved,
+            Err(error) => return Some(Err(error)),
+        };
+        let Some(r) = resolved else {
+            return broker.inner.read_now(request, batch);
+        };
+        let inner = ReadRequest {
+            group: &r.inner,
+            ..*request
+        };
+        let result = broker.inner.read_now(&inner, batch)?;
+        Some(
+            broker.leave(&call, Some(&r), result, |state, (), confirmed| {
+                took(state, request, batch, confirmed)
+            }),
+        )
+    }
+
+    /// What a read handed out: held by its consumer once the reply is
+    /// confirmed, else recorded as a [`LostRead`]; what it dead-lettered
+    /// leaves the held list. Returns the ids handed out.
+    fn took(
+        state: &mut super::State,
+        request: &ReadRequest<'_>,
+        batch: &ReadBatch,
+        confirmed: bool,
+    ) -> Vec<EntryId> {
+        let (stream, group, consumer) = (request.stream, request.group, request.consumer);
+        let ids: Vec<EntryId> = batch.deliveries.iter().map(|d| d.id()).collect();
+        state.release(stream, group, &batch.dead_lettered);
+        if confirmed {
+            for id in &ids {
+                state.hold(stream, group, consumer, *id);
+            }
+        } else if !ids.is_empty() {
+            state.lost_reads.push(LostRead {
+                stream: stream.to_owned(),
+                group: group.to_owned(),
+                consumer: consumer.to_owned(),
+                ids: ids.clone(),
+            });
+        }
+        ids
     }
 
     /// `Broker::extend_claim`, faulted like a settle.

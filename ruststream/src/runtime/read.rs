@@ -235,6 +235,10 @@ impl<'a> Reader<'a> {
         self.asked = count;
         request.block = block;
         request.max_deliveries = env.subscription.max_deliveries;
+        // Empty already (recycled buffers are); cleared again so that a
+        // broker that appends without clearing cannot hand out twice.
+        self.spare.deliveries.clear();
+        self.spare.dead_lettered.clear();
         match env.broker.read_now(&request, &mut self.spare) {
             // Nothing now, and the read would wait: it waits as a read.
             Some(Ok(())) if block.is_some() && is_quiet(&self.spare) => {}
