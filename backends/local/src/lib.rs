@@ -119,8 +119,9 @@ struct State<P> {
     persistence: P,
     /// Changes being handed to the persistence (a reused buffer).
     changes: Vec<Change>,
-    /// One wakeup per stream that a blocking read has waited on.
-    wakeups: HashMap<String, Arc<Notify>>,
+    /// One wakeup per stream that a blocking read has waited on (looked up
+    /// on every publish once a reader waits: foldhash, not SipHash).
+    wakeups: HashMap<String, Arc<Notify>, foldhash::fast::RandomState>,
 }
 
 impl<P: Persistence> State<P> {
@@ -183,7 +184,7 @@ impl<P: Persistence> LocalBroker<P> {
                     engine,
                     persistence,
                     changes: Vec::new(),
-                    wakeups: HashMap::new(),
+                    wakeups: HashMap::default(),
                 }),
                 clock,
                 durability,
@@ -413,8 +414,10 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         if let Err(error) = self.check_publish(stream, std::slice::from_ref(&message)) {
             return ready(Err(error));
         }
+        // Allocated before the lock is taken, not while others wait for it.
+        let message = Arc::new(message);
         self.mutate_durably(stream, Effect::Publishes, |e, now| {
-            Ok(e.publish_shared(stream, Arc::new(message), now))
+            Ok(e.publish_shared(stream, message, now))
         })
     }
 
