@@ -83,10 +83,15 @@ use ruststream_core::{BrokerError, BrokerResult};
 use group::Group;
 use stream::{EntryRef, StreamState};
 
+/// A map keyed by stream name, looked up on every call (and twice on a
+/// publish that may create its stream): hashed with foldhash rather than
+/// SipHash, which cost more than the rest of a publish's engine work.
+type StreamMap = HashMap<String, StreamState, foldhash::fast::RandomState>;
+
 /// Streams and their consumer groups, in memory.
 #[derive(Debug, Default)]
 pub struct Engine {
-    streams: HashMap<String, StreamState>,
+    streams: StreamMap,
     /// Whether new streams and groups record their changes.
     recording: bool,
     /// Payload bytes each stream holds in memory (`None`: all).

@@ -2,7 +2,7 @@
 //! table of entries trimmed while a group still needed them, publishing,
 //! trimming and reading ranges.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -395,7 +395,7 @@ pub(crate) trait EntryRef {
     fn entry_ref(&mut self, key: &str) -> &mut StreamState;
 }
 
-impl EntryRef for HashMap<String, StreamState> {
+impl EntryRef for crate::StreamMap {
     fn entry_ref(&mut self, key: &str) -> &mut StreamState {
         if !self.contains_key(key) {
             self.insert(key.to_owned(), StreamState::default());

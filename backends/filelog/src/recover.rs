@@ -17,9 +17,9 @@ use crate::lock::{DirLock, holder, lock_dir};
 use crate::options::FileLogOptions;
 use crate::payloads::{Payloads, index_entry};
 use crate::store::{
-    Journal, Segment, Store, StreamFiles, create_private_dir, create_with_header, io_error,
-    journal_path, others_can_enter, segment_first_id, snapshot_path, stream_from_dir_name,
-    sync_dir,
+    Journal, Segment, Store, StreamFiles, StreamFilesMap, create_private_dir, create_with_header,
+    io_error, journal_path, others_can_enter, segment_first_id, snapshot_path,
+    stream_from_dir_name, sync_dir,
 };
 use crate::sync::Syncer;
 use crate::trims::Trims;
@@ -344,7 +344,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
 
     let mut engine = Engine::new();
     engine.cache_payloads(Some(cache_limit(&options)));
-    let mut streams = HashMap::new();
+    let mut streams = StreamFilesMap::default();
     let mut entries = 0;
     let mut stream_dirs: Vec<PathBuf> = fs::read_dir(&streams_dir)
         .map_err(|e| io_error(&streams_dir, e))?

@@ -104,11 +104,16 @@ enum MarkKind {
     },
 }
 
+/// Each stream's files by stream name, looked up on every write: hashed
+/// with foldhash, as the engine's streams are (SipHash cost more than the
+/// rest of the lookup).
+pub(crate) type StreamFilesMap = HashMap<String, StreamFiles, foldhash::fast::RandomState>;
+
 /// The file log's [`Persistence`].
 pub(crate) struct Store {
     pub(crate) dir: PathBuf,
     pub(crate) options: FileLogOptions,
-    pub(crate) streams: HashMap<String, StreamFiles>,
+    pub(crate) streams: StreamFilesMap,
     pub(crate) journal: Journal,
     /// Size of the last snapshot, to decide when the journal is worth
     /// compacting.
@@ -379,7 +384,7 @@ impl Store {
 
     /// Creates a new stream's directory and its (empty) files.
     fn create_stream_files(
-        streams: &mut HashMap<String, StreamFiles>,
+        streams: &mut StreamFilesMap,
         dir: &Path,
         syncer: &Syncer,
         created: &mut Vec<String>,

@@ -18,6 +18,11 @@
 //! and so that the file log depends on the local broker, not on the memory
 //! broker.
 //!
+//! Single-message publishes that arrive while another caller publishes
+//! are queued and published by that caller in one go (one pass through
+//! the engine, one persist: one write for the file log), in the order
+//! they were called, rather than each waiting for the lock in turn.
+//!
 //! Blocking reads wake as soon as a publish, a retry, a redrive or a group
 //! change touches their stream, and otherwise sleep on the broker's
 //! [`Clock`] until the block time passes or the next entry falls due (an
@@ -66,6 +71,7 @@
 
 #![forbid(unsafe_code)]
 
+mod combine;
 mod persistence;
 
 pub use persistence::{Durability, Persistence};
@@ -109,6 +115,8 @@ impl<P: Persistence> fmt::Debug for LocalBroker<P> {
 
 struct Shared<P> {
     state: Mutex<State<P>>,
+    /// Publishes queued while another caller publishes (see `combine`).
+    combiner: combine::Combiner,
     clock: Clock,
     durability: Option<Arc<dyn Durability>>,
     name: &'static str,
@@ -119,8 +127,9 @@ struct State<P> {
     persistence: P,
     /// Changes being handed to the persistence (a reused buffer).
     changes: Vec<Change>,
-    /// One wakeup per stream that a blocking read has waited on.
-    wakeups: HashMap<String, Arc<Notify>>,
+    /// One wakeup per stream that a blocking read has waited on (looked up
+    /// on every publish once a reader waits: foldhash, not SipHash).
+    wakeups: HashMap<String, Arc<Notify>, foldhash::fast::RandomState>,
 }
 
 impl<P: Persistence> State<P> {
@@ -183,8 +192,9 @@ impl<P: Persistence> LocalBroker<P> {
                     engine,
                     persistence,
                     changes: Vec::new(),
-                    wakeups: HashMap::new(),
+                    wakeups: HashMap::default(),
                 }),
+                combiner: combine::Combiner::default(),
                 clock,
                 durability,
             }),
@@ -283,6 +293,15 @@ impl<P: Persistence> LocalBroker<P> {
         f: impl FnOnce(&mut Engine, u64) -> BrokerResult<T>,
     ) -> BrokerFuture<'a, T> {
         let changed = self.change(stream, effect, |e, _, now| f(e, now));
+        self.when_durable(changed)
+    }
+
+    /// `changed`'s result, once its changes are durable (see
+    /// [`LocalBroker::change`]).
+    fn when_durable<'a, T: Send + 'a>(
+        &'a self,
+        changed: BrokerResult<(T, u64)>,
+    ) -> BrokerFuture<'a, T> {
         match (&self.shared.durability, changed) {
             (Some(durability), Ok((out, ticket))) => Box::pin(async move {
                 durability.wait(ticket).await?;
@@ -445,9 +464,8 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         if let Err(error) = self.check_publish(stream, std::slice::from_ref(&message)) {
             return ready(Err(error));
         }
-        self.mutate_durably(stream, Effect::Publishes, |e, now| {
-            Ok(e.publish_shared(stream, Arc::new(message), now))
-        })
+        // Allocated before the lock is taken, not while others wait for it.
+        self.publish_combined(stream, Arc::new(message))
     }
 
     fn publish_batch<'a>(
