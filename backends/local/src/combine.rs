@@ -22,6 +22,18 @@
 //!   was served is still published, as one that was not queued is (when
 //!   `publish` is called): the drop combines if no one else is, and a
 //!   combiner does not hand over while such a publish is queued.
+//! - **Gathering.** Where each publish costs a write to the operating
+//!   system (the file log), callers that publish one after another on the
+//!   same worker thread never overlap, so there is nothing to combine. A
+//!   caller that finds no one combining therefore queues its own publish
+//!   and yields once before it serves the queue: the publishers that are
+//!   ready to run on its thread (and those on other threads meanwhile)
+//!   queue behind it, and the lot goes out in one write. Gathering goes on
+//!   while turns find company; after a turn that served its own publish
+//!   alone, the next [`PROBE`]` - 1` turns publish at once, so a lone
+//!   publisher yields once every [`PROBE`] publishes. A gathering caller
+//!   whose future is dropped while it yields still serves the queue (its
+//!   own publish included) in the drop.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,13 +47,19 @@ use crate::{Effect, LocalBroker, Persistence, State};
 /// Batches a combiner serves after its own publish before it hands over.
 const ROUNDS: usize = 4;
 
+/// After a turn that served one publish alone, every this many turns
+/// gathers once more, to find out whether others publish too.
+const PROBE: u32 = 1024;
+
 /// What a publish comes back with: its id and the persistence ticket.
 type Outcome = BrokerResult<(EntryId, u64)>;
 
 /// The queue of publishes waiting for a combiner.
-#[derive(Default)]
 pub(crate) struct Combiner {
     queue: Mutex<Queue>,
+    /// Whether a caller gathers others before it serves (see the module
+    /// docs): where the persistence writes each call out.
+    gathers: bool,
 }
 
 #[derive(Default)]
@@ -50,6 +68,16 @@ struct Queue {
     combining: bool,
     /// Publishes waiting to be served, oldest first.
     pending: Vec<Arc<Slot>>,
+    /// Turns in a row that served one publish alone.
+    alone: u32,
+}
+
+impl Queue {
+    /// Whether the next turn gathers: while turns find company, and every
+    /// [`PROBE`] turns otherwise.
+    fn gathers(&self) -> bool {
+        self.alone.is_multiple_of(PROBE)
+    }
 }
 
 /// One queued publish.
@@ -107,6 +135,14 @@ impl Slot {
 }
 
 impl Combiner {
+    /// A combiner; `gathers`: see the module docs.
+    pub(crate) fn new(gathers: bool) -> Self {
+        Combiner {
+            queue: Mutex::new(Queue::default()),
+            gathers,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Queue> {
         locked(&self.queue)
     }
@@ -120,6 +156,8 @@ impl Combiner {
 struct Turn<'a> {
     combiner: &'a Combiner,
     ended: bool,
+    /// Publishes served in this turn.
+    served: usize,
 }
 
 impl<'a> Turn<'a> {
@@ -127,6 +165,7 @@ impl<'a> Turn<'a> {
         Turn {
             combiner,
             ended: false,
+            served: 0,
         }
     }
 
@@ -153,6 +192,10 @@ impl<'a> Turn<'a> {
     fn end(&mut self, mut queue: MutexGuard<'_, Queue>) {
         self.ended = true;
         queue.combining = false;
+        queue.alone = match self.served {
+            0 | 1 => queue.alone.wrapping_add(1),
+            _ => 0,
+        };
         if queue.pending.is_empty() {
             return;
         }
@@ -222,10 +265,19 @@ impl<P: Persistence> LocalBroker<P> {
                 });
             }
             queue.combining = true;
+            if combiner.gathers && queue.gathers() {
+                // Behind what is queued, and ahead of what queues up while
+                // it yields.
+                let own = Slot::new(stream, message);
+                queue.pending.push(Arc::clone(&own));
+                drop(queue);
+                return Box::pin(self.gather(own));
+            }
             std::mem::take(&mut queue.pending)
         };
         let mut turn = Turn::new(combiner);
         let own = if earlier.is_empty() {
+            turn.served = 1;
             self.change(stream, Effect::Publishes, |e, _, now| {
                 Ok(e.publish_shared(stream, message, now))
             })
@@ -238,6 +290,7 @@ impl<P: Persistence> LocalBroker<P> {
                 slot.lock().taken = true;
             }
             batch.push(Arc::clone(&own));
+            turn.served = batch.len();
             self.serve(&batch);
             let outcome = own.lock().outcome.take();
             outcome.unwrap_or_else(|| Err(unserved()))
@@ -251,9 +304,30 @@ impl<P: Persistence> LocalBroker<P> {
     fn combine(&self, turn: &mut Turn<'_>) {
         let mut round = 0;
         while let Some(batch) = turn.next_batch(round < ROUNDS) {
+            turn.served += batch.len();
             self.serve(&batch);
             round += 1;
         }
+    }
+
+    /// A gathering caller's publish, `own` queued and the turn taken: it
+    /// yields once, so that the tasks ready to run publish (and queue
+    /// behind it) before it comes back, then serves the queue. (A plain
+    /// self-wake: `tokio::task::yield_now` defers the wake until the
+    /// worker has polled its driver, and measured slower here.)
+    async fn gather(&self, own: Arc<Slot>) -> BrokerResult<EntryId> {
+        let mut gathering = Gathering {
+            broker: self,
+            turn: Some(Turn::new(&self.shared.combiner)),
+        };
+        YieldOnce(false).await;
+        gathering.serve();
+        let outcome = own.lock().outcome.take();
+        let (id, ticket) = outcome.unwrap_or_else(|| Err(unserved()))?;
+        if let Some(durability) = &self.shared.durability {
+            durability.wait(ticket).await?;
+        }
+        Ok(id)
     }
 
     /// Combines if no one is. Returns whether it did.
@@ -374,6 +448,44 @@ fn same_again(error: &BrokerError) -> BrokerError {
 /// does not happen: a combiner fills in every outcome of its batch).
 fn unserved() -> BrokerError {
     BrokerError::InvalidArgument("a combined publish got no outcome (a local broker bug)".into())
+}
+
+/// A gathering caller's turn: served when it is done yielding, or, if its
+/// future is dropped first, in the drop (its own publish is queued, and no
+/// one else serves while the turn is taken).
+struct Gathering<'a, P: Persistence> {
+    broker: &'a LocalBroker<P>,
+    turn: Option<Turn<'a>>,
+}
+
+impl<P: Persistence> Gathering<'_, P> {
+    fn serve(&mut self) {
+        if let Some(mut turn) = self.turn.take() {
+            self.broker.combine(&mut turn);
+        }
+    }
+}
+
+impl<P: Persistence> Drop for Gathering<'_, P> {
+    fn drop(&mut self) {
+        self.serve();
+    }
+}
+
+/// Pending once (after waking its own task), then ready.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
 }
 
 /// A queued publish, waiting to be served (combining, if no one else is).
@@ -651,5 +763,69 @@ mod tests {
         assert!(ids[0] < ids[1]);
         assert_eq!(control.calls.lock().unwrap().clone(), vec![ids]);
         assert!(!b.shared.combiner.lock().combining);
+    }
+
+    /// Polls `future` once, with a waker that does nothing.
+    fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+        Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[tokio::test]
+    async fn publishes_ready_on_the_same_thread_are_gathered_into_one_call_in_call_order() {
+        let control = Arc::new(Control::default());
+        control.open();
+        let b = broker(&control);
+        // One thread (a current-thread runtime): the publishes never
+        // overlap unless the first one waits for the others.
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let b = b.clone();
+                tokio::spawn(async move { b.publish("s", message(&i.to_string())).await })
+            })
+            .collect();
+        let mut ids = Vec::new();
+        for task in tasks {
+            ids.push(task.await.unwrap().unwrap());
+        }
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+        assert_eq!(control.calls.lock().unwrap().clone(), vec![ids]);
+        assert_eq!(payloads(&b).await, ["0", "1", "2", "3", "4", "5", "6", "7"]);
+    }
+
+    #[tokio::test]
+    async fn a_gathering_publish_dropped_while_it_yields_still_publishes_itself_and_those_behind_it()
+     {
+        let control = Arc::new(Control::default());
+        control.open();
+        let b = broker(&control);
+        let mut first = b.publish("s", message("dropped"));
+        assert!(poll_once(&mut first).is_pending(), "it gathers");
+        let mut second = b.publish("s", message("queued"));
+        assert!(poll_once(&mut second).is_pending(), "queued behind it");
+        drop(first);
+        let id = second.await.unwrap();
+        assert_eq!(payloads(&b).await, ["dropped", "queued"]);
+        let calls = control.calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!(calls[0].last(), Some(&id));
+        assert!(!b.shared.combiner.lock().combining);
+    }
+
+    #[tokio::test]
+    async fn a_lone_publisher_gathers_once_every_probe_turns() {
+        let control = Arc::new(Control::default());
+        control.open();
+        let b = broker(&control);
+        let mut gathered = 0;
+        for i in 0..2 * PROBE {
+            let mut publish = b.publish("s", message(&i.to_string()));
+            if poll_once(&mut publish).is_pending() {
+                gathered += 1;
+                publish.await.unwrap();
+            }
+        }
+        // The first publish, then one probe: no one else ever came.
+        assert_eq!(gathered, 2);
+        assert_eq!(control.calls.lock().unwrap().len(), 2 * PROBE as usize);
     }
 }

@@ -184,7 +184,8 @@ impl<P: Persistence> LocalBroker<P> {
         durability: Option<Arc<dyn Durability>>,
         clock: Clock,
     ) -> Self {
-        engine.record_changes(persistence.records());
+        let records = persistence.records();
+        engine.record_changes(records);
         LocalBroker {
             shared: Arc::new(Shared {
                 name: persistence.name(),
@@ -194,7 +195,7 @@ impl<P: Persistence> LocalBroker<P> {
                     changes: Vec::new(),
                     wakeups: HashMap::default(),
                 }),
-                combiner: combine::Combiner::default(),
+                combiner: combine::Combiner::new(records),
                 clock,
                 durability,
             }),
