@@ -41,6 +41,13 @@
 //!   power failure can lose that interval. Group state is written before
 //!   each call returns, so a process crash loses none of it; it is synced
 //!   with the next publish or within 100 ms.
+//! - **Publishes written together.** Concurrent single publishes are
+//!   combined: one pass through the broker's lock and one `write` for
+//!   many, ids in call order. A publish that finds no one else writing
+//!   yields to the scheduler once before it writes, so the publishers
+//!   ready to run on the same thread join it; a publisher that keeps
+//!   finding itself alone writes at once (and checks again once every
+//!   1,024 publishes).
 //! - **Recovery.** Every record is framed with its length and a CRC-32. A
 //!   record cut short at the end of a file (a crash mid-write) is truncated
 //!   on open and logged; damage inside a file is an error naming the file

@@ -26,14 +26,23 @@
 //!   system (the file log), callers that publish one after another on the
 //!   same worker thread never overlap, so there is nothing to combine. A
 //!   caller that finds no one combining therefore queues its own publish
-//!   and yields once before it serves the queue: the publishers that are
-//!   ready to run on its thread (and those on other threads meanwhile)
-//!   queue behind it, and the lot goes out in one write. Gathering goes on
-//!   while turns find company; after a turn that served its own publish
-//!   alone, the next [`PROBE`]` - 1` turns publish at once, so a lone
-//!   publisher yields once every [`PROBE`] publishes. A gathering caller
-//!   whose future is dropped while it yields still serves the queue (its
-//!   own publish included) in the drop.
+//!   and marks the queue *gathering*. The first publish of a gathering
+//!   queue to be polled (whichever it is) leads: it yields once (waking its
+//!   own task), and when polled again serves the queue. The publishes
+//!   queued meanwhile (those of the tasks ready to run on its thread, and
+//!   of other threads) wait for it, and the lot goes out in one write.
+//!   Being led at the first poll, not at the call, a gathering is never
+//!   held up by a publish that is not polled yet (or awaited after a later
+//!   one); a dropped publish, leader or not, serves the queue in its drop,
+//!   as any queued publish does. (A leader polled once and then neither
+//!   polled again nor dropped would hold up the publishes queued behind
+//!   it: the yield wakes its task at once, so only hand-written polling
+//!   that ignores wake-ups could do that.) Gathering goes on while turns
+//!   find company; after a turn that served one publish alone, the next
+//!   [`PROBE`]` - 1` turns publish at once, so a lone publisher yields once
+//!   every [`PROBE`] publishes.
+//! - **Publish batches** serve what is queued first, so that a batch does
+//!   not overtake single publishes called before it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -66,6 +75,12 @@ pub(crate) struct Combiner {
 struct Queue {
     /// A caller is combining: new publishes queue up.
     combining: bool,
+    /// Publishes queue up for the one that leads the gathering (see the
+    /// module docs); cleared when a caller starts combining.
+    gathering: bool,
+    /// A queued publish leads the gathering: it yielded, and serves the
+    /// queue when it is polled again.
+    led: bool,
     /// Publishes waiting to be served, oldest first.
     pending: Vec<Arc<Slot>>,
     /// Turns in a row that served one publish alone.
@@ -247,15 +262,22 @@ impl<P: Persistence> LocalBroker<P> {
         let combiner = &self.shared.combiner;
         let earlier = {
             let mut queue = combiner.lock();
-            if queue.combining {
+            let gather =
+                !queue.combining && !queue.gathering && combiner.gathers && queue.gathers();
+            if queue.combining || queue.gathering || gather {
+                // Behind what is queued; when gathering, ahead of what
+                // queues up while it yields.
+                queue.gathering |= gather;
                 let slot = Slot::new(stream, message);
                 queue.pending.push(Arc::clone(&slot));
-                drop(queue);
                 let queued = Queued {
                     broker: self,
                     slot,
                     done: false,
+                    gathered: queue.gathering,
+                    leads: false,
                 };
+                drop(queue);
                 return Box::pin(async move {
                     let (id, ticket) = queued.await?;
                     if let Some(durability) = &self.shared.durability {
@@ -265,14 +287,6 @@ impl<P: Persistence> LocalBroker<P> {
                 });
             }
             queue.combining = true;
-            if combiner.gathers && queue.gathers() {
-                // Behind what is queued, and ahead of what queues up while
-                // it yields.
-                let own = Slot::new(stream, message);
-                queue.pending.push(Arc::clone(&own));
-                drop(queue);
-                return Box::pin(self.gather(own));
-            }
             std::mem::take(&mut queue.pending)
         };
         let mut turn = Turn::new(combiner);
@@ -310,35 +324,19 @@ impl<P: Persistence> LocalBroker<P> {
         }
     }
 
-    /// A gathering caller's publish, `own` queued and the turn taken: it
-    /// yields once, so that the tasks ready to run publish (and queue
-    /// behind it) before it comes back, then serves the queue. (A plain
-    /// self-wake: `tokio::task::yield_now` defers the wake until the
-    /// worker has polled its driver, and measured slower here.)
-    async fn gather(&self, own: Arc<Slot>) -> BrokerResult<EntryId> {
-        let mut gathering = Gathering {
-            broker: self,
-            turn: Some(Turn::new(&self.shared.combiner)),
-        };
-        YieldOnce(false).await;
-        gathering.serve();
-        let outcome = own.lock().outcome.take();
-        let (id, ticket) = outcome.unwrap_or_else(|| Err(unserved()))?;
-        if let Some(durability) = &self.shared.durability {
-            durability.wait(ticket).await?;
-        }
-        Ok(id)
-    }
-
-    /// Combines if no one is. Returns whether it did.
-    fn combine_if_idle(&self) -> bool {
+    /// Combines if no one is and something is queued. Returns whether it
+    /// did. (With nothing queued, a publish not yet served was taken by a
+    /// combiner, which fills it in.)
+    pub(crate) fn combine_if_idle(&self) -> bool {
         let combiner = &self.shared.combiner;
         {
             let mut queue = combiner.lock();
-            if queue.combining {
+            if queue.combining || queue.pending.is_empty() {
                 return false;
             }
             queue.combining = true;
+            queue.gathering = false;
+            queue.led = false;
         }
         self.combine(&mut Turn::new(combiner));
         true
@@ -450,50 +448,16 @@ fn unserved() -> BrokerError {
     BrokerError::InvalidArgument("a combined publish got no outcome (a local broker bug)".into())
 }
 
-/// A gathering caller's turn: served when it is done yielding, or, if its
-/// future is dropped first, in the drop (its own publish is queued, and no
-/// one else serves while the turn is taken).
-struct Gathering<'a, P: Persistence> {
-    broker: &'a LocalBroker<P>,
-    turn: Option<Turn<'a>>,
-}
-
-impl<P: Persistence> Gathering<'_, P> {
-    fn serve(&mut self) {
-        if let Some(mut turn) = self.turn.take() {
-            self.broker.combine(&mut turn);
-        }
-    }
-}
-
-impl<P: Persistence> Drop for Gathering<'_, P> {
-    fn drop(&mut self) {
-        self.serve();
-    }
-}
-
-/// Pending once (after waking its own task), then ready.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            return Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    }
-}
-
 /// A queued publish, waiting to be served (combining, if no one else is).
 struct Queued<'a, P: Persistence> {
     broker: &'a LocalBroker<P>,
     slot: Arc<Slot>,
     /// Its outcome was taken.
     done: bool,
+    /// Queued while gathering (see the module docs).
+    gathered: bool,
+    /// It leads the gathering.
+    leads: bool,
 }
 
 impl<P: Persistence> Queued<'_, P> {
@@ -516,7 +480,23 @@ impl<P: Persistence> Future for Queued<'_, P> {
         if let Some(outcome) = self.outcome(cx.waker()) {
             return Poll::Ready(outcome);
         }
-        // Queued, and its combiner handed over: combine.
+        if self.gathered && !self.leads {
+            let mut queue = self.broker.shared.combiner.lock();
+            if queue.gathering {
+                if queue.led {
+                    // The leader serves it (its waker is in the slot).
+                    return Poll::Pending;
+                }
+                // The first polled leads: it yields, so that the tasks
+                // ready to run publish (and queue) before it serves.
+                queue.led = true;
+                drop(queue);
+                self.leads = true;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+        }
+        // No one is serving the queue: combine.
         if self.broker.combine_if_idle()
             && let Some(outcome) = self.outcome(cx.waker())
         {
@@ -827,5 +807,43 @@ mod tests {
         // The first publish, then one probe: no one else ever came.
         assert_eq!(gathered, 2);
         assert_eq!(control.calls.lock().unwrap().len(), 2 * PROBE as usize);
+    }
+
+    #[tokio::test]
+    async fn a_gathering_publish_dropped_before_its_first_poll_is_published_and_holds_no_one_up() {
+        let control = Arc::new(Control::default());
+        control.open();
+        let b = broker(&control);
+        drop(b.publish("s", message("dropped")));
+        b.publish("s", message("next")).await.unwrap();
+        assert_eq!(payloads(&b).await, ["dropped", "next"]);
+        let queue = b.shared.combiner.lock();
+        assert!(!queue.combining && !queue.gathering && queue.pending.is_empty());
+    }
+
+    #[tokio::test]
+    async fn publishes_awaited_in_reverse_call_order_keep_their_call_order() {
+        let control = Arc::new(Control::default());
+        control.open();
+        let b = broker(&control);
+        // The first gathers but is not polled until the second is done.
+        let first = b.publish("s", message("a"));
+        let second = b.publish("s", message("b"));
+        let b_id = second.await.unwrap();
+        let a_id = first.await.unwrap();
+        assert!(a_id < b_id, "{a_id} {b_id}");
+        assert_eq!(payloads(&b).await, ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn a_publish_batch_does_not_overtake_a_single_publish_called_before_it() {
+        let control = Arc::new(Control::default());
+        control.open();
+        let b = broker(&control);
+        let single = b.publish("s", message("single"));
+        let batch = b.publish_batch("s", vec![message("batch")]).await.unwrap();
+        let single = single.await.unwrap();
+        assert!(single < batch[0], "{single} {}", batch[0]);
+        assert_eq!(payloads(&b).await, ["single", "batch"]);
     }
 }

@@ -477,6 +477,8 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         if let Err(error) = self.check_publish(stream, &messages) {
             return ready(Err(error));
         }
+        // Single publishes called before this one go first.
+        self.combine_if_idle();
         self.mutate_durably(stream, Effect::Publishes, |e, now| {
             Ok(e.publish(stream, messages, now))
         })
