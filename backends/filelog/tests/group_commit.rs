@@ -285,3 +285,32 @@ async fn a_failed_sync_fails_every_publish_it_covered_and_all_later_ones() {
     );
     assert!(matches!(b.sync().await, Err(BrokerError::Failed { .. })));
 }
+
+/// A lone publisher on a multi-thread runtime syncs in place (no other
+/// waiter, none expected): a failed sync there fails its publish, and the
+/// broker stops as with the sync thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sync_of_a_lone_publisher_fails_it_and_stops_the_broker() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    for i in 0..3 {
+        b.publish(STREAM, Message::new(format!("{i}").into_bytes()))
+            .await
+            .unwrap();
+    }
+    let syncs = b.syncs();
+    assert!(syncs >= 3, "{syncs} syncs for 3 lone publishes");
+    b.inject_fsync_failure();
+    let failed = b.publish(STREAM, Message::new(b"lost".to_vec())).await;
+    assert!(
+        matches!(failed, Err(BrokerError::Failed { .. })),
+        "{failed:?}"
+    );
+    let later = b.publish(STREAM, Message::new(b"later".to_vec())).await;
+    assert!(
+        matches!(later, Err(BrokerError::Failed { .. })),
+        "{later:?}"
+    );
+    drop(b);
+    assert_eq!(stored(&dir).await, 4);
+}
