@@ -8,7 +8,9 @@
 //! waiters it expects to join, then syncs every file written so far,
 //! records the new durable position and wakes exactly the waiters that
 //! sync covered. No runtime worker thread blocks on the disk or hands its
-//! core over: a waiter is a future that leaves its waker here. The same
+//! core over: a waiter is a future that leaves its waker here (but a lone
+//! waiter on a multi-thread runtime, with no one else expected, syncs in
+//! place, as the thread would only add two hand-overs). The same
 //! thread syncs the group state (with the next publish's sync, or within
 //! 100 ms) and, with [`SyncPolicy::Interval`], everything every interval.
 //! The first failed sync stops the store for good (`docs/guarantees.md`,
