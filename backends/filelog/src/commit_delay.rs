@@ -1,11 +1,12 @@
-//! The adaptive commit delay of group commit: how many waiters the leader
-//! of the next sync should expect, and how long it may wait for them.
+//! The adaptive commit delay of group commit: how many waiters the next
+//! sync should expect, and how long the syncer (the sync thread of
+//! [`crate::sync`]) may wait for them.
 //!
 //! Without a delay, group commit splits concurrent publishers into two
 //! groups that take turns: the waiters that arrived while a sync ran start
 //! the next one the moment it ends, before the publishers that sync has
 //! just released are back, so each sync covers about half of them. With
-//! it, the leader of a sync first waits until as many waiters have joined
+//! it, the syncer first waits until as many waiters have joined
 //! as were around the last sync (those it covered and those that arrived
 //! while it ran), and at most what a sync takes. A lone publisher is never
 //! delayed: it expects no one else.
@@ -14,17 +15,17 @@
 //! With `n` waiters that come back `δ` apart and syncs of `T`, syncing all
 //! of them together gives `n / (T + (n - 1)·δ)`, two groups taking turns
 //! `n / 2T`: the wait is worth it while `(n - 1)·δ < T`. So the syncer
-//! measures `δ` between the waiters that join the same sync, and the
-//! leader does not wait when the missing ones would take longer than a
+//! measures `δ` between the waiters that join the same sync, and does
+//! not wait when the missing ones would take longer than a
 //! sync to come back.
 
 use std::time::{Duration, Instant};
 
-/// Until the interval between waiters is known, the longest a leader
+/// Until the interval between waiters is known, the longest the syncer
 /// waits, as a share of a sync (`1 / n`).
 const FIRST_DELAY_SHARE: u32 = 2;
 
-/// Slack on the predicted wait: the leader waits up to this many times
+/// Slack on the predicted wait: the syncer waits up to this many times
 /// what the missing waiters should take (and never longer than a sync).
 const SLACK: u32 = 2;
 
@@ -48,7 +49,7 @@ pub(crate) struct CommitDelay {
     /// Waiters the running sync covers.
     group: usize,
     /// Waiters around the last sync: the ones it covered and the ones that
-    /// joined while it ran. The next leader expects this many.
+    /// joined while it ran. The next sync expects this many.
     expected: usize,
     /// Average duration of a sync.
     sync_time: Duration,
@@ -90,7 +91,7 @@ impl CommitDelay {
         self.joined
     }
 
-    /// How long the leader of the next sync may wait for the waiters it
+    /// How long the syncer, before the next sync, may wait for the waiters it
     /// expects, if it should wait at all: not when they would take longer
     /// than a sync to come back.
     pub(crate) fn delay(&self) -> Option<Duration> {
@@ -108,6 +109,23 @@ impl CommitDelay {
             predicted.saturating_mul(SLACK).min(self.sync_time)
         };
         Some(budget.min(MAX_DELAY)).filter(|d| !d.is_zero())
+    }
+
+    /// How long the syncer may wait, right after a sync that released
+    /// waiters, for the next sync's waiters to come back, before any has
+    /// (the sync thread then sleeps until the last one is back, rather than
+    /// being woken by the first): not at all when it expects fewer than
+    /// two, before the interval between waiters was measured, or when they
+    /// would take longer than a sync to come back; at most one sync.
+    pub(crate) fn after_sync(&self) -> Option<Duration> {
+        if self.expected < 2 || self.gathered() || self.join_interval.is_zero() {
+            return None;
+        }
+        let missing = u32::try_from(self.expected - self.joined).unwrap_or(u32::MAX);
+        if self.join_interval.saturating_mul(missing) > self.sync_time {
+            return None;
+        }
+        Some(self.sync_time.min(MAX_DELAY)).filter(|d| !d.is_zero())
     }
 
     /// A sync covering every write up to `target` starts.
@@ -239,6 +257,35 @@ mod tests {
         delay.join(61, slow(61));
         assert!(!delay.gathered());
         assert_eq!(delay.delay(), None);
+    }
+
+    #[test]
+    fn right_after_a_sync_the_syncer_waits_for_the_waiters_it_released_only_when_they_come_back_fast()
+     {
+        let mut delay = CommitDelay::default();
+        // Nothing known yet, or a lone waiter: no wait.
+        assert_eq!(delay.after_sync(), None);
+        delay.join(1, at(1));
+        sync(&mut delay, 1, 0);
+        assert_eq!(delay.after_sync(), None);
+        // 16 waiters 10 us apart: back within a sync of 400 us, so it
+        // waits, up to one sync.
+        join_all(&mut delay, 2..=17);
+        sync(&mut delay, 17, 0);
+        assert_eq!(delay.after_sync(), Some(SYNC));
+        // Once they have all joined, it does not.
+        join_all(&mut delay, 18..=33);
+        assert_eq!(delay.after_sync(), None);
+        // 43 waiters 40 us apart would take longer than a sync.
+        delay.start(33);
+        delay.finish(SYNC);
+        let slow = |ticket: u64| start() + Duration::from_micros(40 * ticket);
+        for ticket in 34..=76 {
+            delay.join(ticket, slow(ticket));
+        }
+        delay.start(76);
+        delay.finish(SYNC);
+        assert_eq!(delay.after_sync(), None);
     }
 
     #[test]

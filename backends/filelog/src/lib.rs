@@ -34,8 +34,9 @@
 //!
 //! - **Durability.** With [`SyncPolicy::EveryPublish`] (the default) a
 //!   publish returns only after `fsync`; concurrent publishes share one
-//!   (group commit, whose leader waits a little for the publishers the
-//!   last sync released: see [`SyncPolicy::EveryPublish`]).
+//!   (group commit, run by a thread of the broker's own, which waits a
+//!   little for the publishers the last sync released: see
+//!   [`SyncPolicy::EveryPublish`]).
 //!   [`SyncPolicy::Interval`] acknowledges after the write
 //!   and syncs periodically: nothing is lost to a process crash, but a
 //!   power failure can lose that interval. Group state is written before
@@ -352,14 +353,14 @@ impl FileLogBroker {
     /// disk's would.
     #[doc(hidden)]
     pub fn inject_fsync_failure(&self) {
-        self.shared.syncer.failpoints.fail_next_fsync();
+        self.shared.syncer.failpoints().fail_next_fsync();
     }
 
     /// Test support: the next write to `stream`'s segment (`None`: to the
     /// journal) writes half its bytes, then fails.
     #[doc(hidden)]
     pub fn inject_write_failure(&self, stream: Option<&str>) {
-        self.shared.syncer.failpoints.fail_next_write(stream);
+        self.shared.syncer.failpoints().fail_next_write(stream);
     }
 }
 

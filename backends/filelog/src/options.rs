@@ -6,11 +6,11 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncPolicy {
     /// Only once the entry is on disk (`fsync`). Concurrent publishes share
-    /// one fsync (group commit): the publisher that leads a sync first
-    /// waits for the publishers the previous sync released, as many as
-    /// were around it, when they come back faster than a sync runs, and
-    /// for no longer than one sync (an adaptive commit delay; a lone
-    /// publisher never waits). Group state (deliveries, acks, dead
+    /// one fsync (group commit), run by a thread of the broker's own (no
+    /// runtime worker blocks on the disk): before a sync it waits for the
+    /// publishers the previous sync released, as many as were around it,
+    /// when they come back faster than a sync runs, and for no longer than
+    /// one sync (an adaptive commit delay; a lone publisher never waits). Group state (deliveries, acks, dead
     /// letters) is written before each call returns and synced with the
     /// next publish's fsync or within 100 ms.
     EveryPublish,

@@ -340,7 +340,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
         }
         None
     };
-    let syncer = Syncer::new(options.sync);
+    let syncer = Syncer::new(options.sync).map_err(|e| io_error(dir, e))?;
 
     let mut engine = Engine::new();
     engine.cache_payloads(Some(cache_limit(&options)));

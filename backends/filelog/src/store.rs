@@ -460,7 +460,7 @@ impl Store {
         });
         let bytes = &self.entry_buf[run.bytes.clone()];
         write_or_inject(
-            &self.syncer.failpoints,
+            self.syncer.failpoints(),
             Some(stream),
             &file,
             bytes,
@@ -485,7 +485,7 @@ impl Store {
             kind: MarkKind::Journal,
         });
         write_or_inject(
-            &self.syncer.failpoints,
+            self.syncer.failpoints(),
             None,
             &journal.file,
             &self.journal_buf,

@@ -1,7 +1,9 @@
-//! Group commit: concurrent durable publishes share fsyncs (the leader of
-//! a sync waits for the publishers it expects, on either runtime flavor,
-//! without a timer), every one of them completes and is on disk, and a
-//! publish dropped while it leads a sync leaves no one stuck. Concurrent
+//! Group commit: concurrent durable publishes share fsyncs (the sync
+//! thread waits for the publishers it expects, on either runtime flavor;
+//! on a current-thread one they gather without a timer, and a paused clock
+//! does not move while they wait), every one of them completes and is on
+//! disk, a publish dropped while it waits (at any point) leaves no one
+//! stuck, and a failed sync fails every publish it covered. Concurrent
 //! publishes combined into one write keep each publisher's order and are
 //! stored under the ids they were given.
 
@@ -13,7 +15,7 @@ mod common;
 use std::time::Duration;
 
 use common::TempDir;
-use ruststream_core::{Broker, EntryId, Message};
+use ruststream_core::{Broker, BrokerError, EntryId, Message};
 use ruststream_filelog::{FileLogBroker, FileLogOptions, SyncPolicy};
 
 const STREAM: &str = "jobs";
@@ -93,8 +95,8 @@ async fn on_a_current_thread_runtime_the_leader_gathers_the_publishers_without_a
 async fn a_publish_dropped_while_it_leads_a_sync_leaves_no_one_stuck() {
     let dir = TempDir::new();
     let b = FileLogBroker::open(&dir.0).unwrap();
-    // Polled once: it writes, leads the sync and waits for the fsync on the
-    // blocking pool; then it is dropped.
+    // Polled once: it writes, starts gathering the waiters of the next sync
+    // (yielding); then it is dropped, which asks for that sync.
     let dropped = tokio::time::timeout(
         Duration::ZERO,
         b.publish(STREAM, Message::new(b"dropped".to_vec())),
@@ -162,4 +164,153 @@ async fn combined_publishes_keep_each_publishers_order_and_are_stored_under_thei
             .collect();
         assert_eq!(stored, all, "{sync:?}");
     }
+}
+
+/// While a current-thread runtime waits for the sync thread with nothing
+/// else to run, a paused clock does not jump to the next timer (a task on
+/// the blocking pool waits for the sync): timers in tests fire when the
+/// test moves the clock, not because a publish waited for the disk.
+#[tokio::test(start_paused = true)]
+async fn a_paused_clock_does_not_move_while_publishes_wait_for_their_sync() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    let before = tokio::time::Instant::now();
+    let timer = tokio::spawn(tokio::time::sleep(Duration::from_secs(3600)));
+    for _ in 0..3 {
+        publish_concurrently(&b, 4, 5).await;
+        b.sync().await.unwrap();
+    }
+    assert_eq!(tokio::time::Instant::now(), before, "the clock moved");
+    assert!(!timer.is_finished());
+    timer.abort();
+    drop(b);
+    assert_eq!(stored(&dir).await, 60);
+}
+
+/// Publishes dropped at any point of their wait (before their sync, while
+/// it runs, once it has woken them, or while they are to wake the others
+/// it covered) stall no one: 16 publishers whose every publish has a short
+/// timeout all finish, and then a publish without one completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_dropped_at_any_point_of_their_wait_leave_no_one_stuck() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for p in 0..16u64 {
+        let b = b.clone();
+        tasks.spawn(async move {
+            let mut timed_out = 0;
+            for i in 0..40u64 {
+                // 0 to 300 us: some are dropped before their sync, others
+                // while it runs or after it.
+                let wait = Duration::from_micros((p * 37 + i * 53) % 300);
+                let publish = b.publish(STREAM, Message::new(format!("{p}-{i}").into_bytes()));
+                match tokio::time::timeout(wait, publish).await {
+                    Ok(published) => {
+                        published.unwrap();
+                    }
+                    Err(_) => timed_out += 1,
+                }
+            }
+            timed_out
+        });
+    }
+    let all = async {
+        while let Some(joined) = tasks.join_next().await {
+            joined.unwrap();
+        }
+        b.publish(STREAM, Message::new(b"last".to_vec()))
+            .await
+            .unwrap();
+        b.sync().await.unwrap();
+    };
+    tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("a publish was left waiting");
+    drop(b);
+    // Every publish was written (a dropped one too), and the last as well.
+    assert_eq!(stored(&dir).await, 16 * 40 + 1);
+}
+
+/// A failed sync with 16 publishers waiting on two workers: every publish
+/// it covered fails, none is reported durable after it, and every publish
+/// after it fails at once (fail-stop), with no publisher left waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sync_fails_every_publish_it_covered_and_all_later_ones() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    publish_concurrently(&b, 16, 5).await;
+    let failed_at = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = tokio::task::JoinSet::new();
+    for p in 0..16 {
+        let b = b.clone();
+        let failed_at = std::sync::Arc::clone(&failed_at);
+        tasks.spawn(async move {
+            let mut acked_after_failure = 0;
+            for i in 0.. {
+                let stopped_before = failed_at.load(std::sync::atomic::Ordering::SeqCst);
+                match b
+                    .publish(STREAM, Message::new(format!("{p}-{i}").into_bytes()))
+                    .await
+                {
+                    Ok(_) if stopped_before => acked_after_failure += 1,
+                    Ok(_) => {}
+                    Err(BrokerError::Failed { detail, .. }) => {
+                        failed_at.store(true, std::sync::atomic::Ordering::SeqCst);
+                        assert!(detail.contains("fsync"), "{detail}");
+                        return acked_after_failure;
+                    }
+                    Err(other) => panic!("unexpected {other:?}"),
+                }
+                if p == 0 && i == 10 {
+                    b.inject_fsync_failure();
+                }
+            }
+            unreachable!()
+        });
+    }
+    let joined = async {
+        while let Some(acked_after_failure) = tasks.join_next().await {
+            assert_eq!(acked_after_failure.unwrap(), 0, "acked after the failure");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), joined)
+        .await
+        .expect("a publisher was left waiting");
+    assert!(b.failure().is_some_and(|f| f.contains("fsync")));
+    let later = b.publish(STREAM, Message::new(b"later".to_vec())).await;
+    assert!(
+        matches!(later, Err(BrokerError::Failed { .. })),
+        "{later:?}"
+    );
+    assert!(matches!(b.sync().await, Err(BrokerError::Failed { .. })));
+}
+
+/// A lone publisher on a multi-thread runtime syncs in place (no other
+/// waiter, none expected): a failed sync there fails its publish, and the
+/// broker stops as with the sync thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sync_of_a_lone_publisher_fails_it_and_stops_the_broker() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    for i in 0..3 {
+        b.publish(STREAM, Message::new(format!("{i}").into_bytes()))
+            .await
+            .unwrap();
+    }
+    let syncs = b.syncs();
+    assert!(syncs >= 3, "{syncs} syncs for 3 lone publishes");
+    b.inject_fsync_failure();
+    let failed = b.publish(STREAM, Message::new(b"lost".to_vec())).await;
+    assert!(
+        matches!(failed, Err(BrokerError::Failed { .. })),
+        "{failed:?}"
+    );
+    let later = b.publish(STREAM, Message::new(b"later".to_vec())).await;
+    assert!(
+        matches!(later, Err(BrokerError::Failed { .. })),
+        "{later:?}"
+    );
+    drop(b);
+    assert_eq!(stored(&dir).await, 4);
 }
