@@ -7,7 +7,8 @@
 //! threads sit idle while the broker's state moves from core to core on
 //! every publish.
 //!
-//! - **Order.** Ids follow the order in which `publish` was called: the
+//! - **Order.** Ids of single publishes follow the order in which
+//!   `publish` was called: the
 //!   queue is first in, first out, and a caller that finds publishes
 //!   queued with no combiner serving them queues its own behind them.
 //! - **Outcomes.** Each publish gets its own id. A batch is persisted as
@@ -26,23 +27,25 @@
 //!   system (the file log), callers that publish one after another on the
 //!   same worker thread never overlap, so there is nothing to combine. A
 //!   caller that finds no one combining therefore queues its own publish
-//!   and marks the queue *gathering*. The first publish of a gathering
-//!   queue to be polled (whichever it is) leads: it yields once (waking its
-//!   own task), and when polled again serves the queue. The publishes
-//!   queued meanwhile (those of the tasks ready to run on its thread, and
-//!   of other threads) wait for it, and the lot goes out in one write.
-//!   Being led at the first poll, not at the call, a gathering is never
-//!   held up by a publish that is not polled yet (or awaited after a later
-//!   one); a dropped publish, leader or not, serves the queue in its drop,
-//!   as any queued publish does. (A leader polled once and then neither
-//!   polled again nor dropped would hold up the publishes queued behind
-//!   it: the yield wakes its task at once, so only hand-written polling
-//!   that ignores wake-ups could do that.) Gathering goes on while turns
-//!   find company; after a turn that served one publish alone, the next
-//!   [`PROBE`]` - 1` turns publish at once, so a lone publisher yields once
-//!   every [`PROBE`] publishes.
-//! - **Publish batches** serve what is queued first, so that a batch does
-//!   not overtake single publishes called before it.
+//!   and marks the queue *gathering*: it and every publish queued while
+//!   the mark stands yield once (waking their own task) before they try to
+//!   combine. A yielding task goes to the back of its thread's run queue,
+//!   so the publishers ready to run there queue up before the first of
+//!   them is back, and that one serves the lot in one write. No publish
+//!   waits for a particular other one: whichever is polled first after its
+//!   yield serves the queue, and a dropped one serves it in its drop (as
+//!   any queued publish does), so a publish that is not polled (or
+//!   awaited after a later one, or polled once and kept) holds no one up.
+//!   Gathering goes on while turns find company; after [`LONE_TURNS`]
+//!   turns in a row that served one publish alone, publishes go out at
+//!   once, and one turn in [`PROBE`] gathers again to look for company, so
+//!   a lone publisher yields once every [`PROBE`] publishes.
+//! - **Publish batches** serve what is queued first when no one else is
+//!   combining, so that a batch does not overtake the single publishes its
+//!   own task called before it. While another thread combines, a queued
+//!   publish and a later batch may go either way: as with any broker, a
+//!   publish whose future has not been polled to the end is not ordered
+//!   against later calls (Redis sends a command when it is first polled).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -56,8 +59,13 @@ use crate::{Effect, LocalBroker, Persistence, State};
 /// Batches a combiner serves after its own publish before it hands over.
 const ROUNDS: usize = 4;
 
-/// After a turn that served one publish alone, every this many turns
-/// gathers once more, to find out whether others publish too.
+/// Turns in a row that serve one publish alone before publishes stop
+/// gathering (one such turn may be a publisher on another thread that got
+/// back first).
+const LONE_TURNS: u32 = 8;
+
+/// Once publishes stopped gathering, every this many turns gathers once
+/// more, to find out whether others publish too.
 const PROBE: u32 = 1024;
 
 /// What a publish comes back with: its id and the persistence ticket.
@@ -75,12 +83,9 @@ pub(crate) struct Combiner {
 struct Queue {
     /// A caller is combining: new publishes queue up.
     combining: bool,
-    /// Publishes queue up for the one that leads the gathering (see the
+    /// Publishes queue up and yield once before they combine (see the
     /// module docs); cleared when a caller starts combining.
     gathering: bool,
-    /// A queued publish leads the gathering: it yielded, and serves the
-    /// queue when it is polled again.
-    led: bool,
     /// Publishes waiting to be served, oldest first.
     pending: Vec<Arc<Slot>>,
     /// Turns in a row that served one publish alone.
@@ -91,7 +96,7 @@ impl Queue {
     /// Whether the next turn gathers: while turns find company, and every
     /// [`PROBE`] turns otherwise.
     fn gathers(&self) -> bool {
-        self.alone.is_multiple_of(PROBE)
+        self.alone < LONE_TURNS || self.alone.is_multiple_of(PROBE)
     }
 }
 
@@ -274,8 +279,7 @@ impl<P: Persistence> LocalBroker<P> {
                     broker: self,
                     slot,
                     done: false,
-                    gathered: queue.gathering,
-                    leads: false,
+                    yield_first: queue.gathering,
                 };
                 drop(queue);
                 return Box::pin(async move {
@@ -336,7 +340,6 @@ impl<P: Persistence> LocalBroker<P> {
             }
             queue.combining = true;
             queue.gathering = false;
-            queue.led = false;
         }
         self.combine(&mut Turn::new(combiner));
         true
@@ -454,10 +457,8 @@ struct Queued<'a, P: Persistence> {
     slot: Arc<Slot>,
     /// Its outcome was taken.
     done: bool,
-    /// Queued while gathering (see the module docs).
-    gathered: bool,
-    /// It leads the gathering.
-    leads: bool,
+    /// Queued while gathering: it yields once before it combines.
+    yield_first: bool,
 }
 
 impl<P: Persistence> Queued<'_, P> {
@@ -480,21 +481,11 @@ impl<P: Persistence> Future for Queued<'_, P> {
         if let Some(outcome) = self.outcome(cx.waker()) {
             return Poll::Ready(outcome);
         }
-        if self.gathered && !self.leads {
-            let mut queue = self.broker.shared.combiner.lock();
-            if queue.gathering {
-                if queue.led {
-                    // The leader serves it (its waker is in the slot).
-                    return Poll::Pending;
-                }
-                // The first polled leads: it yields, so that the tasks
-                // ready to run publish (and queue) before it serves.
-                queue.led = true;
-                drop(queue);
-                self.leads = true;
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
+        if std::mem::take(&mut self.yield_first) {
+            // Gathering: the tasks ready to run publish (and queue) before
+            // the first of the gathered publishes is back to serve them.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         // No one is serving the queue: combine.
         if self.broker.combine_if_idle()
@@ -792,7 +783,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_lone_publisher_gathers_once_every_probe_turns() {
+    async fn a_lone_publisher_stops_gathering_and_probes_once_every_probe_turns() {
         let control = Arc::new(Control::default());
         control.open();
         let b = broker(&control);
@@ -804,8 +795,8 @@ mod tests {
                 publish.await.unwrap();
             }
         }
-        // The first publish, then one probe: no one else ever came.
-        assert_eq!(gathered, 2);
+        // The first turns, then one probe: no one else ever came.
+        assert_eq!(gathered, LONE_TURNS + 1);
         assert_eq!(control.calls.lock().unwrap().len(), 2 * PROBE as usize);
     }
 
@@ -845,5 +836,22 @@ mod tests {
         let single = single.await.unwrap();
         assert!(single < batch[0], "{single} {}", batch[0]);
         assert_eq!(payloads(&b).await, ["single", "batch"]);
+    }
+
+    #[tokio::test]
+    async fn a_gathered_publish_polled_once_and_kept_holds_no_one_up() {
+        let control = Arc::new(Control::default());
+        control.open();
+        let b = broker(&control);
+        let mut kept = b.publish("s", message("kept"));
+        assert!(poll_once(&mut kept).is_pending(), "it gathers");
+        // Served by the next publish, which does not wait for `kept`.
+        b.publish("s", message("next")).await.unwrap();
+        assert_eq!(payloads(&b).await, ["kept", "next"]);
+        {
+            let queue = b.shared.combiner.lock();
+            assert!(!queue.combining && !queue.gathering && queue.pending.is_empty());
+        }
+        kept.await.unwrap();
     }
 }
