@@ -148,6 +148,17 @@ struct SyncState {
 }
 
 impl SyncState {
+    /// Records everything up to `target` as durable, and moves the wakers
+    /// of the waiters that covers to `ready`.
+    fn synced_up_to(&mut self, target: u64) {
+        self.synced = self.synced.max(target);
+        self.ready.extend(
+            self.waiters
+                .extract_if(.., |w| w.ticket <= target)
+                .map(|w| w.waker),
+        );
+    }
+
     /// Whether the sync thread gathering waiters should go on waiting (its
     /// time allowing): not once they have all joined, a sync is wanted at
     /// once, or the store stopped or closed.
@@ -460,16 +471,9 @@ impl Shared {
                 state = self.lock();
                 continue;
             }
-            state.synced = state.synced.max(target);
-            let covered = &mut *state;
-            covered.ready.extend(
-                covered
-                    .waiters
-                    .extract_if(.., |w| w.ticket <= target)
-                    .map(|w| w.waker),
-            );
-            let first = covered.ready.pop();
-            if !covered.ready.is_empty() {
+            state.synced_up_to(target);
+            let first = state.ready.pop();
+            if !state.ready.is_empty() {
                 relayed = Some(Instant::now());
             }
             let blocked = state.blocked > 0;
@@ -794,15 +798,8 @@ impl WaitFor<'_> {
             return Poll::Ready(Err(shared.fail_stop(format!("fsync failed: {e}"))));
         }
         self.counted = false;
-        state.synced = state.synced.max(target);
-        let covered = &mut *state;
-        covered.ready.extend(
-            covered
-                .waiters
-                .extract_if(.., |w| w.ticket <= target)
-                .map(|w| w.waker),
-        );
-        let woken = std::mem::take(&mut covered.ready);
+        state.synced_up_to(target);
+        let woken = std::mem::take(&mut state.ready);
         let wanted = state.requested > state.synced || state.requested_now > state.synced;
         if wanted && state.thread == Thread::Idle {
             state.thread = Thread::Awake;
