@@ -597,6 +597,14 @@ mod tests {
         LocalBroker::with_persistence(Engine::new(), gated, None, Clock::new())
     }
 
+    /// A broker whose persist calls go through at once.
+    fn open_broker() -> (Arc<Control>, LocalBroker<Gated>) {
+        let control = Arc::new(Control::default());
+        control.open();
+        let b = broker(&control);
+        (control, b)
+    }
+
     fn message(text: &str) -> Message {
         Message::new(text.as_bytes().to_vec())
     }
@@ -708,9 +716,7 @@ mod tests {
 
     #[test]
     fn a_combiner_hands_over_after_its_rounds_and_a_queued_caller_combines() {
-        let control = Arc::new(Control::default());
-        control.open();
-        let b = broker(&control);
+        let (control, b) = open_broker();
         // Queued as if another caller were combining, which then stopped
         // with them still queued (its rounds used up).
         b.shared.combiner.lock().combining = true;
@@ -743,9 +749,7 @@ mod tests {
 
     #[tokio::test]
     async fn publishes_ready_on_the_same_thread_are_gathered_into_one_call_in_call_order() {
-        let control = Arc::new(Control::default());
-        control.open();
-        let b = broker(&control);
+        let (control, b) = open_broker();
         // One thread (a current-thread runtime): the publishes never
         // overlap unless the first one waits for the others.
         let tasks: Vec<_> = (0..8)
@@ -766,9 +770,7 @@ mod tests {
     #[tokio::test]
     async fn a_gathering_publish_dropped_while_it_yields_still_publishes_itself_and_those_behind_it()
      {
-        let control = Arc::new(Control::default());
-        control.open();
-        let b = broker(&control);
+        let (control, b) = open_broker();
         let mut first = b.publish("s", message("dropped"));
         assert!(poll_once(&mut first).is_pending(), "it gathers");
         let mut second = b.publish("s", message("queued"));
@@ -784,9 +786,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lone_publisher_stops_gathering_and_probes_once_every_probe_turns() {
-        let control = Arc::new(Control::default());
-        control.open();
-        let b = broker(&control);
+        let (control, b) = open_broker();
         let mut gathered = 0;
         for i in 0..2 * PROBE {
             let mut publish = b.publish("s", message(&i.to_string()));
@@ -802,9 +802,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_gathering_publish_dropped_before_its_first_poll_is_published_and_holds_no_one_up() {
-        let control = Arc::new(Control::default());
-        control.open();
-        let b = broker(&control);
+        let (_, b) = open_broker();
         drop(b.publish("s", message("dropped")));
         b.publish("s", message("next")).await.unwrap();
         assert_eq!(payloads(&b).await, ["dropped", "next"]);
@@ -814,9 +812,7 @@ mod tests {
 
     #[tokio::test]
     async fn publishes_awaited_in_reverse_call_order_keep_their_call_order() {
-        let control = Arc::new(Control::default());
-        control.open();
-        let b = broker(&control);
+        let (_, b) = open_broker();
         // The first gathers but is not polled until the second is done.
         let first = b.publish("s", message("a"));
         let second = b.publish("s", message("b"));
@@ -828,9 +824,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_publish_batch_does_not_overtake_a_single_publish_called_before_it() {
-        let control = Arc::new(Control::default());
-        control.open();
-        let b = broker(&control);
+        let (_, b) = open_broker();
         let single = b.publish("s", message("single"));
         let batch = b.publish_batch("s", vec![message("batch")]).await.unwrap();
         let single = single.await.unwrap();
@@ -840,9 +834,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_gathered_publish_polled_once_and_kept_holds_no_one_up() {
-        let control = Arc::new(Control::default());
-        control.open();
-        let b = broker(&control);
+        let (_, b) = open_broker();
         let mut kept = b.publish("s", message("kept"));
         assert!(poll_once(&mut kept).is_pending(), "it gathers");
         // Served by the next publish, which does not wait for `kept`.
