@@ -403,8 +403,9 @@ struct Loss {
     /// settles race, and the copy's may land first: the original is acked,
     /// the takeover's settle finds nothing pending, and the copy, addressed
     /// by name to the group the loss renamed, is never read by its
-    /// successor (a real loss keeps the name). Excused only where the
-    /// stream holds such a copy that no handler of the group saw.
+    /// successor (a real loss keeps the name). Which settle won cannot be
+    /// told from the stream (a copy does not show which group it is for),
+    /// so these are excused like `unfinished`.
     taken_over: BTreeSet<Key>,
 }
 
@@ -779,8 +780,8 @@ struct GroupView<'a> {
     run: &'a Run,
     group: &'static str,
     key_of: &'a HashMap<EntryId, Key>,
-    /// Every id of the stream carrying each key: the entry, then its retry
-    /// copies.
+    /// Every id of the stream carrying each key: the entry, then retry
+    /// copies of it made for any group.
     ids_of: &'a HashMap<Key, Vec<EntryId>>,
     faults_on: &'a HashMap<(String, EntryId), Vec<String>>,
 }
@@ -829,18 +830,8 @@ impl GroupView<'_> {
         for (g, loss) in &run.losses {
             if *g == group {
                 excused.extend(loss.unfinished.iter().copied());
+                excused.extend(loss.taken_over.iter().copied());
                 excused.extend(loss.loss.held.iter().filter_map(|id| self.key_of.get(id)));
-            }
-        }
-        for (g, loss) in &run.losses {
-            if *g == group {
-                let unseen_copy = |key: &&Key| {
-                    let delivered = deliveries.get(key).map(Vec::as_slice).unwrap_or_default();
-                    self.ids_of.get(key).is_some_and(|ids| {
-                        ids.iter().any(|id| !delivered.iter().any(|s| s.id == *id))
-                    })
-                };
-                excused.extend(loss.taken_over.iter().filter(unseen_copy).copied());
             }
         }
         let old_pending_keys: HashSet<Key> = old_pending
@@ -966,8 +957,9 @@ impl GroupView<'_> {
                 ids.push(*id);
             }
         }
-        // Retry copies no handler of this group saw: a retry applied after
-        // a later decision on the same entry left one (see `Run::lose`).
+        // Other ids with its payload that no handler of this group saw:
+        // retry copies, made for this group or another (a copy does not
+        // show which).
         let unseen: Vec<String> = ds
             .first()
             .and_then(|s| self.ids_of.get(&s.key))
@@ -979,7 +971,7 @@ impl GroupView<'_> {
         if !unseen.is_empty() {
             let _ = write!(
                 out,
-                "; the stream also holds it as {} (copies never delivered to this group)",
+                "; other ids with its payload, not delivered to this group: {}",
                 unseen.join(", ")
             );
         }
@@ -1033,9 +1025,9 @@ impl GroupView<'_> {
 /// - each entry ended as its handler last decided: acked, or dead-lettered
 ///   with that decision's reason. Entries the app held, or owed another
 ///   delivery, when their group was lost are excused, and so are entries
-///   another consumer took over while a retry copy was on its way, if the
-///   copy is in the stream unread (the test's loss renames the group, so a
-///   copy made for the old one is never read); entries delivered
+///   another consumer took over while a retry copy was on its way (the
+///   copy may win, and the test's loss renames the group, so a copy made
+///   for the old one is never read); entries delivered
 ///   again after an ack or dead letter (duplicates) need only end as one of
 ///   their decisions, and are counted and bounded (a fifth of the entries).
 ///
