@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ruststream::prelude::*;
 use ruststream::{
-    Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadRequest, StreamStart,
+    Broker, BrokerError, BrokerFuture, EntryId, ReadBatch, ReadMode, ReadRequest, StreamStart,
     broker_methods, forward_broker,
 };
 use support::{
@@ -247,6 +247,9 @@ struct Forgetful {
     inner: MemoryBroker,
     generation: Arc<AtomicU64>,
     created: Arc<AtomicU64>,
+    /// While set, `new` reads wait (polling) before looking at the group,
+    /// so that another subscription of the group finds a loss first.
+    hold_new_reads: Arc<AtomicBool>,
 }
 
 impl Forgetful {
@@ -283,6 +286,10 @@ impl Broker for Forgetful {
         Box::pin(async move {
             let deadline = tokio::time::Instant::now() + request.block.unwrap_or_default();
             loop {
+                if request.mode == ReadMode::New && self.hold_new_reads.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
                 let Some(group) = self.mapped(request.group) else {
                     return Err(BrokerError::no_group(request.stream, request.group));
                 };
@@ -351,6 +358,55 @@ async fn a_lost_group_is_recreated_after_the_last_entry_read() {
         "nothing published after the loss was skipped, nothing before it repeated"
     );
     assert_eq!(stream_len(&broker.inner, "lost").await, 10);
+    app.shutdown().await;
+}
+
+static SHARED_SEEN: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::new("shared-lost").group("g"))]
+async fn shared_new(job: &Job) {
+    SHARED_SEEN.lock().unwrap().push(job.n);
+}
+
+#[subscriber(RedisStream::reclaim("shared-lost", Duration::from_secs(60)).group("g"))]
+async fn shared_reclaim(job: &Job) {
+    SHARED_SEEN.lock().unwrap().push(job.n);
+}
+
+/// Two subscriptions of one group in one app (`new` beside `reclaim`, the
+/// pattern for servers without claiming reads): whichever finds the group
+/// lost recreates it after the last entry either of them read. The
+/// reclaim subscription, which reads no new entries, finds the loss first
+/// here; recreated from what it alone had read, the group would hand the
+/// `new` subscription everything again from the stream's start.
+#[tokio::test(start_paused = true)]
+async fn a_lost_group_is_recreated_after_the_last_entry_any_of_its_subscriptions_read() {
+    let broker = Forgetful::default();
+    let app = start_named("test", broker.clone(), |b| {
+        b.include(shared_new);
+        b.include(shared_reclaim);
+    })
+    .await;
+    publish_jobs(&broker.inner, "shared-lost", 0..5).await;
+    advance(Duration::from_millis(20), 3).await;
+    assert_eq!(*SHARED_SEEN.lock().unwrap(), [0, 1, 2, 3, 4]);
+
+    broker.hold_new_reads.store(true, Ordering::SeqCst);
+    broker.lose_group();
+    publish_jobs(&broker.inner, "shared-lost", 5..10).await;
+    advance(Duration::from_millis(50), 20).await;
+    assert_eq!(
+        broker.created.load(Ordering::SeqCst),
+        1,
+        "the reclaim subscription recreated the group"
+    );
+    broker.hold_new_reads.store(false, Ordering::SeqCst);
+    advance(Duration::from_millis(50), 200).await;
+    assert_eq!(
+        *SHARED_SEEN.lock().unwrap(),
+        (0..10).collect::<Vec<_>>(),
+        "nothing published after the loss was skipped, nothing before it repeated"
+    );
     app.shutdown().await;
 }
 

@@ -13,7 +13,7 @@ use crate::admin;
 use crate::group_poll::{self, PolledGroup};
 use crate::metrics::GroupGauges;
 use crate::running::{AppView, Running, RunningSubscription};
-use crate::runtime::{Counters, Env};
+use crate::runtime::{Counters, Env, LastRead};
 use crate::{Publisher, ReplyTarget, SubscriberInfo, Subscription};
 
 static NEXT_CONSUMER: AtomicUsize = AtomicUsize::new(0);
@@ -70,25 +70,32 @@ impl RustStream {
         let (signal, watch) = watch::channel(None);
         let mut tasks = Vec::new();
         let mut polled: Vec<PolledGroup> = Vec::new();
-        for plan in &plans {
-            let (stream, group) = (plan.subscription.stream.stream_name(), plan.group());
-            let known = polled.iter().any(|p| {
-                Arc::ptr_eq(&p.broker, &plan.broker) && p.stream == stream && p.group == group
-            });
-            if !known {
-                polled.push(PolledGroup {
-                    broker: Arc::clone(&plan.broker),
-                    stream: stream.to_owned(),
-                    group: group.to_owned(),
-                    gauges: GroupGauges::new(self.info.name(), stream, group),
-                });
-            }
+        // One per group of the app, raised to the highest start position
+        // among its subscriptions; indexed like `plans`.
+        let mut last_reads: Vec<Arc<LastRead>> = Vec::with_capacity(plans.len());
+        for (i, (plan, floor)) in plans.iter().zip(&floors).enumerate() {
+            let first = plans[..i].iter().position(|p| p.same_group(plan));
+            let last_read = match first {
+                Some(first) => Arc::clone(&last_reads[first]),
+                None => {
+                    let (stream, group) = (plan.subscription.stream.stream_name(), plan.group());
+                    polled.push(PolledGroup {
+                        broker: Arc::clone(&plan.broker),
+                        stream: stream.to_owned(),
+                        group: group.to_owned(),
+                        gauges: GroupGauges::new(self.info.name(), stream, group),
+                    });
+                    Arc::new(LastRead::new(EntryId::ZERO))
+                }
+            };
+            last_read.raise(*floor);
+            last_reads.push(last_read);
         }
         if self.group_metrics || self.admin.is_some() {
             tasks.push(tokio::spawn(group_poll::poll_groups(polled, watch.clone())));
         }
         let mut subscriptions = Vec::new();
-        for (plan, resume_floor) in plans.into_iter().zip(floors) {
+        for (plan, last_read) in plans.into_iter().zip(last_reads) {
             let labels = crate::metrics::subscription_labels(
                 self.info.name(),
                 plan.info.name,
@@ -108,7 +115,7 @@ impl RustStream {
                 shutdown: watch.clone(),
                 counters: Arc::clone(&counters),
                 observer: self.observer.clone(),
-                resume_floor,
+                last_read,
                 keep_alive: self.keep_alive,
                 prune_idle_consumers: self.prune_idle_consumers,
                 readiness: self.readiness,
@@ -258,6 +265,13 @@ impl Plan {
     /// the group's last delivered id: the point a group lost later (a
     /// server restart) is recreated from, until the subscription reads
     /// past it.
+    /// Whether `other` reads the same group: same broker, stream and group.
+    fn same_group(&self, other: &Plan) -> bool {
+        Arc::ptr_eq(&self.broker, &other.broker)
+            && self.subscription.stream.stream_name() == other.subscription.stream.stream_name()
+            && self.group() == other.group()
+    }
+
     async fn prepare_group(&self) -> Result<EntryId, StartError> {
         let stream = self.subscription.stream.stream_name();
         let failed = |source| StartError::Broker {

@@ -58,7 +58,7 @@ mod window;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ruststream_core::{Broker, EntryId};
+use ruststream_core::Broker;
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -66,6 +66,7 @@ use crate::observe::Observer;
 use crate::{Publisher, ReplyTarget, Subscriber, Subscription};
 
 pub(crate) use backoff::Backoff;
+pub(crate) use read::LastRead;
 pub(crate) use stats::Counters;
 pub use stats::SubscriptionStats;
 
@@ -82,10 +83,10 @@ pub(crate) struct Env {
     pub(crate) shutdown: watch::Receiver<Option<Duration>>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
-    /// The group's last delivered id when the subscription started: where a
-    /// group the broker loses (a server restart without persistence) is
-    /// recreated from until the subscription has read past it.
-    pub(crate) resume_floor: EntryId,
+    /// Where a group the broker loses (a server restart without
+    /// persistence) is recreated from: shared by the app's subscriptions of
+    /// the group.
+    pub(crate) last_read: Arc<LastRead>,
     /// How often claims on held entries are refreshed at most
     /// ([`crate::RustStream::keep_alive`]).
     pub(crate) keep_alive: Duration,
@@ -118,7 +119,7 @@ pub(crate) async fn run_subscription<S: Subscriber>(subscriber: Arc<S>, env: Env
         tokio::spawn(prune::prune_idle_consumers(env.clone()));
     }
     let outbox = Arc::new(settle::Outbox::default());
-    let last_read = Arc::new(read::LastRead::new(env.resume_floor));
+    let last_read = Arc::clone(&env.last_read);
     let mut settler = tokio::spawn(settle::settle_loop(
         env.clone(),
         Arc::clone(&outbox),

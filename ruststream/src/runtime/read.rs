@@ -22,8 +22,8 @@
 //!   has gone stale meanwhile (see `own_pending`).
 //! - A failed read backs off with jitter. A group the broker lost (a
 //!   server restarted without persistence) is recreated after the last id
-//!   the subscription read, never at the stream's end
-//!   ([`recreate_group`]).
+//!   the app's subscriptions of the group read ([`LastRead`]), never at the
+//!   stream's end ([`recreate_group`]).
 
 use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
@@ -45,13 +45,17 @@ use crate::metrics::Outcome;
 /// How long one blocking read waits before asking again.
 const READ_BLOCK: Duration = Duration::from_secs(5);
 
-/// The highest id a subscription has read (or its group's position when it
-/// started), shared by its task and its settler: where a group the broker
-/// lost is recreated from, whichever of the two finds it lost.
-pub(super) struct LastRead(Mutex<EntryId>);
+/// The highest id the app's subscriptions of one group have read (at
+/// first the group's position when they started): where a group the broker
+/// lost is recreated from. One per group of the app, shared by the task and
+/// the settler of every subscription reading it, so whichever finds the
+/// group lost recreates it after everything any of them read: a `reclaim`
+/// subscription reads no new entries, and recreating from what it alone
+/// read would hand its `new` sibling the stream again from the start.
+pub(crate) struct LastRead(Mutex<EntryId>);
 
 impl LastRead {
-    pub(super) fn new(floor: EntryId) -> Self {
+    pub(crate) fn new(floor: EntryId) -> Self {
         LastRead(Mutex::new(floor))
     }
 
@@ -59,7 +63,8 @@ impl LastRead {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn raise(&self, id: EntryId) {
+    /// Raises the id to `id` if that is higher.
+    pub(crate) fn raise(&self, id: EntryId) {
         let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if id > *last {
             *last = id;
@@ -461,10 +466,11 @@ fn is_quiet(batch: &ReadBatch) -> bool {
 
 /// Recreates a group the broker lost (a server restart without
 /// persistence, a flush) so that nothing published since is skipped: after
-/// `last_read`, the highest id the subscription has read (or the group's
-/// position when it started), or at the beginning when the stream itself is
-/// new since then (its last id is below `last_read`, or nothing was read
-/// from a stream that was empty). Never at the subscription's own start
+/// `last_read`, the highest id the app's subscriptions of the group have
+/// read (or the group's position when they started, see [`LastRead`]), or
+/// at the beginning when the stream itself is new since then (its last id
+/// is below `last_read`, or nothing was read from a stream that was
+/// empty). Never at the subscription's own start
 /// position: for `New` that is the stream's end, which would pass over
 /// everything published between the loss and now. Entries the lost group
 /// had pending lose their pending state with it (the broker forgot them),
