@@ -257,6 +257,19 @@ impl Forgetful {
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// With `new` reads held, lets another subscription of the group find
+    /// it lost and recreate it (checked), then lets the `new` reads go on.
+    async fn recreated_by_another_then_release_new_reads(&self) {
+        advance(Duration::from_millis(50), 20).await;
+        assert_eq!(
+            self.created.load(Ordering::SeqCst),
+            self.generation.load(Ordering::SeqCst),
+            "another subscription recreated the group"
+        );
+        self.hold_new_reads.store(false, Ordering::SeqCst);
+        advance(Duration::from_millis(50), 200).await;
+    }
+
     /// The inner name of `group` now, or `None` while it is lost.
     fn mapped(&self, group: &str) -> Option<String> {
         let generation = self.generation.load(Ordering::SeqCst);
@@ -316,6 +329,20 @@ impl Broker for Forgetful {
         })
     }
 
+    fn set_group_position<'a>(
+        &'a self,
+        s: &'a str,
+        g: &'a str,
+        start: StreamStart,
+    ) -> BrokerFuture<'a, ()> {
+        Box::pin(async move {
+            let Some(group) = self.mapped(g) else {
+                return Err(BrokerError::no_group(s, g));
+            };
+            self.inner.set_group_position(s, &group, start).await
+        })
+    }
+
     fn group_info<'a>(&'a self, s: &'a str, g: &'a str) -> BrokerFuture<'a, ruststream::GroupInfo> {
         Box::pin(async move {
             let Some(group) = self.mapped(g) else {
@@ -326,7 +353,7 @@ impl Broker for Forgetful {
     }
 
     forward_broker!(
-        inner: name, check_mode, publish, publish_batch, set_group_position, retry, dead_letter,
+        inner: name, check_mode, publish, publish_batch, retry, dead_letter,
         redrive, discard, consumers, pending, dead_letters, range, stream_info, trim,
         extend_claim,
     );
@@ -394,19 +421,53 @@ async fn a_lost_group_is_recreated_after_the_last_entry_any_of_its_subscriptions
     broker.hold_new_reads.store(true, Ordering::SeqCst);
     broker.lose_group();
     publish_jobs(&broker.inner, "shared-lost", 5..10).await;
-    advance(Duration::from_millis(50), 20).await;
-    assert_eq!(
-        broker.created.load(Ordering::SeqCst),
-        1,
-        "the reclaim subscription recreated the group"
-    );
-    broker.hold_new_reads.store(false, Ordering::SeqCst);
-    advance(Duration::from_millis(50), 200).await;
+    broker.recreated_by_another_then_release_new_reads().await;
     assert_eq!(
         *SHARED_SEEN.lock().unwrap(),
         (0..10).collect::<Vec<_>>(),
         "nothing published after the loss was skipped, nothing before it repeated"
     );
+    app.shutdown().await;
+}
+
+static MOVED_SEEN: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::reclaim("moved-lost", Duration::from_secs(60)).group("g"))]
+async fn moved_reclaim(job: &Job) {
+    MOVED_SEEN.lock().unwrap().push(job.n);
+}
+
+#[subscriber(
+    RedisStream::new("moved-lost")
+        .group("g")
+        .start_at(StreamStart::Beginning)
+)]
+async fn moved_new(job: &Job) {
+    MOVED_SEEN.lock().unwrap().push(job.n);
+}
+
+/// The group's position for a recreation is where it stands once all its
+/// subscriptions were prepared: here the `new` one's `start_at(Beginning)`,
+/// prepared after the reclaim one saw the cursor at the stream's end, moved
+/// it back. Lost before anything was read, the group is recreated at the
+/// beginning, and the old entries the `start_at` asked for are delivered.
+#[tokio::test(start_paused = true)]
+async fn a_group_lost_before_reading_is_recreated_where_start_at_moved_it() {
+    let broker = Forgetful::default();
+    publish_jobs(&broker.inner, "moved-lost", 0..5).await;
+    broker
+        .ensure_group("moved-lost", "g", StreamStart::New)
+        .await
+        .unwrap();
+    broker.hold_new_reads.store(true, Ordering::SeqCst);
+    let app = start_named("test", broker.clone(), |b| {
+        b.include(moved_reclaim);
+        b.include(moved_new);
+    })
+    .await;
+    broker.lose_group();
+    broker.recreated_by_another_then_release_new_reads().await;
+    assert_eq!(*MOVED_SEEN.lock().unwrap(), [0, 1, 2, 3, 4]);
     app.shutdown().await;
 }
 

@@ -336,7 +336,8 @@ impl RustStream {
         Ok(self)
     }
 
-    /// Adds a broker and the subscribers it runs.
+    /// Adds a broker and the subscribers it runs (a group's subscriptions
+    /// belong in one call, see [`RustStream::with_shared_broker`]).
     pub fn with_broker<B: Broker>(
         self,
         broker: B,
@@ -346,6 +347,14 @@ impl RustStream {
     }
 
     /// Adds a broker already behind an `Arc` and the subscribers it runs.
+    ///
+    /// Subscriptions of one group (a `new` one and a `reclaim` one, say)
+    /// belong on the same `Arc`, in one call: the app then treats them as
+    /// one group, and if the broker loses the group, whichever finds it
+    /// lost recreates it after everything either read. Added through two
+    /// calls (two `Arc`s, even of clones of one client), each recreates it
+    /// from what it alone read, and may hand out again what the other read
+    /// (`docs/guarantees.md`, "Under faults").
     pub fn with_shared_broker(
         mut self,
         broker: Arc<dyn Broker>,

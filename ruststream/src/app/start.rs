@@ -70,10 +70,9 @@ impl RustStream {
         let (signal, watch) = watch::channel(None);
         let mut tasks = Vec::new();
         let mut polled: Vec<PolledGroup> = Vec::new();
-        // One per group of the app, raised to the highest start position
-        // among its subscriptions; indexed like `plans`.
+        // One per group of the app, indexed like `plans`.
         let mut last_reads: Vec<Arc<LastRead>> = Vec::with_capacity(plans.len());
-        for (i, (plan, floor)) in plans.iter().zip(&floors).enumerate() {
+        for (i, plan) in plans.iter().enumerate() {
             let first = plans[..i].iter().position(|p| p.same_group(plan));
             let last_read = match first {
                 Some(first) => Arc::clone(&last_reads[first]),
@@ -85,10 +84,18 @@ impl RustStream {
                         group: group.to_owned(),
                         gauges: GroupGauges::new(self.info.name(), stream, group),
                     });
-                    Arc::new(LastRead::new(EntryId::ZERO))
+                    // Where the group stands once all its plans were
+                    // prepared: the last one's floor (a later plan's
+                    // `start_at` may have moved the cursor either way).
+                    let floor = plans
+                        .iter()
+                        .zip(&floors)
+                        .rev()
+                        .find(|(p, _)| p.same_group(plan))
+                        .map_or(EntryId::ZERO, |(_, floor)| *floor);
+                    Arc::new(LastRead::new(floor))
                 }
             };
-            last_read.raise(*floor);
             last_reads.push(last_read);
         }
         if self.group_metrics || self.admin.is_some() {
@@ -261,17 +268,19 @@ impl Plan {
         describe(&self.info, &self.subscription)
     }
 
-    /// Creates the group if needed, moves its cursor if asked, and returns
-    /// the group's last delivered id: the point a group lost later (a
-    /// server restart) is recreated from, until the subscription reads
-    /// past it.
-    /// Whether `other` reads the same group: same broker, stream and group.
+    /// Whether `other` reads the same group: the same broker (the same
+    /// `Arc`, see [`RustStream::with_shared_broker`]), stream and group.
     fn same_group(&self, other: &Plan) -> bool {
         Arc::ptr_eq(&self.broker, &other.broker)
             && self.subscription.stream.stream_name() == other.subscription.stream.stream_name()
             && self.group() == other.group()
     }
 
+    /// Creates the group if needed, moves its cursor if asked, and returns
+    /// the group's last delivered id: the point a group lost later (a
+    /// server restart) is recreated from, until the app's subscriptions of
+    /// it read past it (the last of them prepared gives the group's
+    /// position, see [`LastRead`]).
     async fn prepare_group(&self) -> Result<EntryId, StartError> {
         let stream = self.subscription.stream.stream_name();
         let failed = |source| StartError::Broker {

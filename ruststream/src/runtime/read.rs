@@ -46,12 +46,13 @@ use crate::metrics::Outcome;
 const READ_BLOCK: Duration = Duration::from_secs(5);
 
 /// The highest id the app's subscriptions of one group have read (at
-/// first the group's position when they started): where a group the broker
-/// lost is recreated from. One per group of the app, shared by the task and
-/// the settler of every subscription reading it, so whichever finds the
-/// group lost recreates it after everything any of them read: a `reclaim`
-/// subscription reads no new entries, and recreating from what it alone
-/// read would hand its `new` sibling the stream again from the start.
+/// first the group's position once they were all prepared, `start_at`
+/// included): where a group the broker lost is recreated from. One per
+/// group of the app (the same broker `Arc`, stream and group), shared by
+/// the task and the settler of every subscription reading it, so whichever
+/// finds the group lost recreates it after everything any of them read: a
+/// `reclaim` subscription reads no new entries, and recreating from what it
+/// alone read would hand its `new` sibling the stream again from the start.
 pub(crate) struct LastRead(Mutex<EntryId>);
 
 impl LastRead {
@@ -63,8 +64,7 @@ impl LastRead {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Raises the id to `id` if that is higher.
-    pub(crate) fn raise(&self, id: EntryId) {
+    fn raise(&self, id: EntryId) {
         let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if id > *last {
             *last = id;
