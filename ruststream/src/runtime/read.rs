@@ -470,11 +470,10 @@ fn is_quiet(batch: &ReadBatch) -> bool {
 /// read (or the group's position when they started, see [`LastRead`]), or
 /// at the beginning when the stream itself is new since then (its last id
 /// is below `last_read`, or nothing was read from a stream that was
-/// empty). Never at the subscription's own start
-/// position: for `New` that is the stream's end, which would pass over
-/// everything published between the loss and now. Entries the lost group
-/// had pending lose their pending state with it (the broker forgot them),
-/// as `docs/guarantees.md` says.
+/// empty). Never at the subscription's own start position: for `New` that
+/// is the stream's end, which would pass over everything published between
+/// the loss and now. Entries the lost group had pending lose their pending
+/// state with it (the broker forgot them), as `docs/guarantees.md` says.
 ///
 /// Returns whether the group exists now. Both the task (a read failed) and
 /// the settler (a settle failed) call this; creating a group is

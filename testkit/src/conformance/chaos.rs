@@ -572,18 +572,17 @@ impl Run {
 
     fn lose(&mut self, group: &'static str, chunk: u32) {
         let loss = self.faults.lose_group(&self.stream, group);
-        let mut last: HashMap<Key, Decision> = HashMap::new();
-        for seen in self.chaos.snapshot() {
-            if seen.group == group {
-                last.insert(seen.key, seen.decision);
-            }
+        let seen = self.chaos.snapshot();
+        let mut last: HashMap<Key, &Decision> = HashMap::new();
+        for s in seen.iter().filter(|s| s.group == group) {
+            last.insert(s.key, &s.decision);
         }
         let unfinished = last
             .into_iter()
             .filter(|(_, d)| !d.terminal())
             .map(|(k, _)| k)
             .collect();
-        let taken_over = taken_over(&self.chaos.snapshot(), group);
+        let taken_over = taken_over(&seen, group);
         self.losses.push((
             group,
             Loss {
@@ -1027,9 +1026,9 @@ impl GroupView<'_> {
 ///   delivery, when their group was lost are excused, and so are entries
 ///   another consumer took over while a retry copy was on its way (the
 ///   copy may win, and the test's loss renames the group, so a copy made
-///   for the old one is never read); entries delivered
-///   again after an ack or dead letter (duplicates) need only end as one of
-///   their decisions, and are counted and bounded (a fifth of the entries).
+///   for the old one is never read); entries delivered again after an ack
+///   or dead letter (duplicates) need only end as one of their decisions,
+///   and are counted and bounded (a fifth of the entries).
 ///
 /// And over the whole run, the entries read and not settled at the broker
 /// by each consumer of a `new` subscription never exceed its read-ahead
