@@ -48,6 +48,9 @@ const LISTED: usize = 12;
 /// How long the app's handlers get to finish at each shutdown (they take
 /// milliseconds).
 const SHUTDOWN: Duration = Duration::from_secs(2);
+/// How far back a drain that ran out looks to tell a slow app from a
+/// stalled one (see [`Findings::earlier`]).
+const PROGRESS_WINDOW: Duration = Duration::from_secs(10);
 
 /// How a run is paced: sizes and times.
 struct Pace {
@@ -486,6 +489,12 @@ struct Findings {
     lost_with_group: usize,
     /// How long the drain took (on the broker's clock).
     took: Duration,
+    /// For a drain that ran out: the problems counted at the last look at
+    /// least [`PROGRESS_WINDOW`] before its end, and how long before. More
+    /// then than at the end: the app was still resolving them (slow, under
+    /// load); no more: it was stuck, or an entry ended in a way no drain
+    /// changes.
+    earlier: Option<(usize, Duration)>,
 }
 
 /// How an entry ended in a group.
@@ -599,12 +608,21 @@ impl Run {
     async fn drain(&self, limit: Duration) -> Findings {
         let started = Instant::now();
         let deadline = started + limit;
+        // (when, problems) of each look.
+        let mut looks: Vec<(Duration, usize)> = Vec::new();
         loop {
             let mut findings = self.examine().await;
+            let now = started.elapsed();
             if findings.problems.is_empty() || Instant::now() >= deadline {
-                findings.took = started.elapsed();
+                findings.took = now;
+                findings.earlier = looks
+                    .iter()
+                    .rev()
+                    .find(|(at, _)| now.saturating_sub(*at) >= PROGRESS_WINDOW)
+                    .map(|(at, problems)| (*problems, now - *at));
                 return findings;
             }
+            looks.push((now, findings.problems.len()));
             tokio::time::sleep(self.pace.poll).await;
         }
     }
@@ -1311,7 +1329,20 @@ fn section(out: &mut String, title: &str, findings: &Findings) {
         let _ = writeln!(out, "  {title}: all entries as decided");
         return;
     }
-    let _ = writeln!(out, "  {title}: {} problems", findings.problems.len());
+    let _ = write!(out, "  {title}: {} problems", findings.problems.len());
+    if let Some((earlier, before)) = findings.earlier {
+        let verdict = if earlier > findings.problems.len() {
+            "still resolving: a slow app, not a stuck one"
+        } else {
+            "none resolved since: a stuck app, or an end no drain changes"
+        };
+        let _ = write!(
+            out,
+            " ({earlier} problems {:.0} s before the end, {verdict})",
+            before.as_secs_f64()
+        );
+    }
+    let _ = writeln!(out);
     let mut by: BTreeMap<(Category, &str), Vec<&Problem>> = BTreeMap::new();
     for p in &findings.problems {
         by.entry((p.category, p.group)).or_default().push(p);
@@ -1345,6 +1376,33 @@ mod tests {
             consumer: consumer.to_owned(),
             decision,
         }
+    }
+
+    #[test]
+    fn a_drain_that_ran_out_says_whether_problems_were_still_being_resolved() {
+        let problem = || Problem {
+            category: Category::Pending,
+            group: PLAIN,
+            text: "entry n=1 attempt=0 is still pending".to_owned(),
+        };
+        let mut findings = Findings {
+            problems: vec![problem()],
+            earlier: Some((7, Duration::from_secs(10))),
+            ..Findings::default()
+        };
+        let mut out = String::new();
+        section(&mut out, "drain", &findings);
+        assert!(
+            out.starts_with("  drain: 1 problems (7 problems 10 s before the end, still resolving"),
+            "{out}"
+        );
+        findings.earlier = Some((1, Duration::from_secs(12)));
+        out.clear();
+        section(&mut out, "drain", &findings);
+        assert!(
+            out.starts_with("  drain: 1 problems (1 problems 12 s before the end, none resolved"),
+            "{out}"
+        );
     }
 
     #[test]
