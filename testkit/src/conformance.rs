@@ -199,6 +199,7 @@ macro_rules! __conformance_rules {
             consumer_info_reports_pending_and_idle_time,
             a_blocking_read_wakes_when_an_entry_arrives,
             a_blocking_read_returns_an_empty_batch_after_its_block_time,
+            a_blocking_read_given_up_on_leaves_nothing_claimed,
             reads_and_acks_on_the_spot_match_read_and_ack,
             an_unknown_group_is_a_clear_error,
             check_mode_refuses_only_what_the_broker_cannot_serve,
@@ -1342,6 +1343,52 @@ pub async fn a_blocking_read_returns_an_empty_batch_after_its_block_time(t: Targ
     assert!(batch.is_empty() && batch.dead_lettered.is_empty());
     assert!(waited >= block, "gave up early: {waited:?}");
     assert!(waited < block * 5, "gave up late: {waited:?}");
+}
+
+/// A blocking read given up on while it waits (dropped, as a stopping app
+/// drops its reader's read) leaves nothing pending under its consumer: an
+/// entry published then goes to the group's next read, as if never read.
+/// A broker may let such a read claim an entry after all (on Redis the read
+/// is queued behind the wait); it must then hand the entry back, owed at
+/// once, before a listing of the consumer's own pending list answers. Each
+/// round drops the read at another moment: before the publish is sent, as
+/// it is sent, and after the broker has had time to act on it.
+pub async fn a_blocking_read_given_up_on_leaves_nothing_claimed(t: Target) {
+    let s = t.new_group("given-up").await;
+    for round in 0..3 {
+        let request =
+            ReadRequest::new(&s, G, "gone", ReadMode::New, 10).block(Duration::from_secs(10));
+        let mut read = Box::pin(t.broker.read(request));
+        let waited = tokio::time::timeout(Duration::from_millis(100), read.as_mut()).await;
+        assert!(waited.is_err(), "round {round}: nothing was published");
+        let published = match round {
+            0 => {
+                drop(read);
+                t.publish_all(&s, &["after"]).await
+            }
+            1 => {
+                let published = t.publish_all(&s, &["as"]).await;
+                drop(read);
+                published
+            }
+            _ => {
+                let published = t.publish_all(&s, &["before"]).await;
+                t.advance(Duration::from_millis(100)).await;
+                drop(read);
+                published
+            }
+        };
+        let own = t
+            .broker
+            .pending(&s, G, EntryId::ZERO, 10, Some("gone"))
+            .await
+            .unwrap();
+        assert!(own.is_empty(), "round {round}: left pending: {own:?}");
+        let batch = t.read(&s, G, "other", ReadMode::New, 10).await;
+        assert_eq!(ids(&batch), published, "round {round}");
+        assert_eq!(batch.deliveries[0].delivery_count, 0, "round {round}");
+        t.broker.ack(&s, G, &published).await.unwrap();
+    }
 }
 
 /// A read or an ack answered on the spot (`read_now`, `ack_now`), where a

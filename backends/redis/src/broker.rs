@@ -11,6 +11,7 @@
 //! - [`capability`]: what the server can do (its version, `CLAIM`);
 //! - [`write`](mod@write): publishing, making and moving groups;
 //! - [`read`]: the read modes, and blocking reads;
+//! - [`wait`]: a blocking wait with its read queued behind it;
 //! - [`settle`]: ack, retry, dead letter, redrive, discard, extend claim;
 //! - [`inspect`]: groups, consumers, pending lists, dead letters, ranges,
 //!   streams, trimming;
@@ -28,6 +29,7 @@ mod retention;
 mod settle;
 mod tls;
 mod topology;
+mod wait;
 mod write;
 
 use std::fmt;
@@ -64,6 +66,8 @@ struct Inner {
     claiming_verified: AtomicBool,
     /// When each stream was last trimmed by the retention rule.
     retention: retention::Passes,
+    /// Waits given up on whose reads are being handed back.
+    abandoned: wait::Abandoned,
 }
 
 impl fmt::Debug for RedisBroker {
@@ -162,6 +166,7 @@ impl RedisBroker {
                 cursors: read::Cursors::default(),
                 claiming_verified: AtomicBool::new(false),
                 retention: retention::Passes::default(),
+                abandoned: wait::Abandoned::default(),
             }),
         }
     }

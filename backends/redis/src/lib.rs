@@ -139,8 +139,15 @@
 //! (after the group's cursor) and on the group's wake stream, on its own
 //! connection, and reads again when either moves, when the next owed entry
 //! falls due, or (claiming, reclaim) when an entry may have become idle
-//! enough. `XREAD` delivers nothing to the group, so a wait abandoned
-//! half-way (the runtime shutting down) loses nothing.
+//! enough. A `New` read sends its next read (the round trip above) behind
+//! the wait on that connection, so the server runs it the moment the wait
+//! ends and an entry that finds the subscriber idle costs one round trip,
+//! not two. That read claims what it finds, so a wait given up on half-way
+//! (the runtime shutting down drops its read) is not left to claim entries
+//! for nobody: the broker wakes it (an entry on the wake stream), awaits its
+//! answer and hands back, owed at once, whatever its read claimed; a listing
+//! of that consumer's pending list waits until it has. Other modes wait
+//! with `XREAD` alone, which delivers nothing to the group.
 //!
 //! Delivery counts: Redis counts a delivery as it happens (`times_delivered`
 //! is 1 after the first), ruststream's [`Delivery::delivery_count`](ruststream_core::Delivery::delivery_count) counts

@@ -68,14 +68,21 @@ async fn read_new(
         .unwrap()
 }
 
-#[tokio::test]
-async fn entries_use_the_documented_fields_both_ways() {
+/// A broker, and a stream of its own (named after `what`) with group `g`
+/// created for new entries.
+async fn fresh_group(what: &str) -> (RedisBroker, String) {
     let broker = RedisBroker::standalone(url());
-    let s = unique("layout");
+    let s = unique(what);
     broker
         .ensure_group(&s, "g", StreamStart::New)
         .await
         .unwrap();
+    (broker, s)
+}
+
+#[tokio::test]
+async fn entries_use_the_documented_fields_both_ways() {
+    let (broker, s) = fresh_group("layout").await;
     let sent = Message::new(br#"{"id":1}"#.to_vec())
         .with_header("tenant", "acme")
         .with_header("trace", "t-1");
@@ -464,12 +471,7 @@ async fn a_dead_letter_is_visible_and_redrivable_from_another_process() {
 
 #[tokio::test]
 async fn owed_entries_go_first_and_new_ones_beyond_the_count_are_handed_back() {
-    let broker = RedisBroker::standalone(url());
-    let s = unique("hand-back");
-    broker
-        .ensure_group(&s, "g", StreamStart::New)
-        .await
-        .unwrap();
+    let (broker, s) = fresh_group("hand-back").await;
     broker
         .publish_batch(
             &s,
@@ -584,4 +586,43 @@ async fn entries_behind_a_full_read_of_other_groups_copies_come_at_once() {
         took < Duration::from_secs(1),
         "the entry behind the copies took {took:?}: the wait started past it"
     );
+}
+
+/// A blocking `New` read sends its read behind its wait, so a read whose
+/// caller gave up on it (the runtime stopped and dropped it) may claim an
+/// entry after all. What it claimed is handed back, owed at once, and a
+/// listing of the consumer's own pending list waits for that.
+#[tokio::test]
+async fn what_a_read_claims_after_its_caller_gave_up_is_handed_back() {
+    let (broker, s) = fresh_group("abandoned-claim").await;
+    let request =
+        ReadRequest::new(&s, "g", "gone", ReadMode::New, 10).block(Duration::from_secs(10));
+    let mut read = Box::pin(broker.read(request));
+    // The read finds nothing and waits, its read queued behind the wait.
+    let waited = tokio::time::timeout(Duration::from_millis(200), read.as_mut()).await;
+    assert!(waited.is_err(), "nothing was published: the read waits");
+    // An entry arrives: the queued read claims it, but nobody polls the
+    // read any more.
+    let published = broker
+        .publish(&s, Message::new(b"late".to_vec()))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    while xpending(&s, "g").await.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the queued read never claimed the entry"
+        );
+        tokio::task::yield_now().await;
+    }
+    drop(read);
+    let own = broker
+        .pending(&s, "g", EntryId::ZERO, 10, Some("gone"))
+        .await
+        .unwrap();
+    assert!(own.is_empty(), "left pending under the consumer: {own:?}");
+    let batch = read_new(&broker, &s, "g", "other", 10).await;
+    let ids: Vec<EntryId> = batch.deliveries.iter().map(|d| d.id()).collect();
+    assert_eq!(ids, [published], "another consumer reads it at once");
+    assert_eq!(batch.deliveries[0].delivery_count, 0, "as if never read");
 }

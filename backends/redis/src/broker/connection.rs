@@ -283,48 +283,53 @@ impl RedisBroker {
         wait: Duration,
         scope: Scope<'_>,
     ) -> BrokerResult<()> {
-        let block_ms = ms(wait).max(1);
-        let mut cmd = redis::cmd("XREAD");
-        cmd.arg("COUNT")
-            .arg(1)
-            .arg("BLOCK")
-            .arg(block_ms)
-            .arg("STREAMS");
-        for (key, _) in keys {
-            cmd.arg(key);
-        }
-        for (_, id) in keys {
-            cmd.arg(id);
-        }
+        let cmd = wait_command(keys, wait);
         let mut conn = self.blocking_conn(scope).await?;
-        // The server answers when the block time passes; the margin covers
-        // the round trip. Past it the connection is presumed dead.
-        let connections = &self.inner.connections;
-        let limit = wait + connections.config.response_timeout;
+        let limit = self.wait_limit(wait);
         match tokio::time::timeout(limit, cmd.query_async::<Value>(&mut conn)).await {
             Ok(Ok(_)) => {
-                connections
-                    .blocking
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(conn);
+                self.pool_blocking(conn);
                 Ok(())
             }
             Ok(Err(e)) => Err(scope.error(&e)),
-            Err(_) => Err(BrokerError::Connection {
-                broker: BROKER,
-                detail: format!(
-                    "{}: no answer to a blocking wait of {block_ms} ms within {limit:?}",
-                    connections.url
-                ),
-            }),
+            Err(_) => Err(self.no_answer(wait, limit)),
         }
+    }
+
+    /// How long a blocking wait of `wait` may go unanswered before its
+    /// connection is presumed dead: the server answers when the block time
+    /// passes, and the margin covers the round trip.
+    pub(super) fn wait_limit(&self, wait: Duration) -> Duration {
+        wait + self.inner.connections.config.response_timeout
+    }
+
+    /// The error of a blocking wait of `wait` that got no answer within
+    /// `limit`.
+    pub(super) fn no_answer(&self, wait: Duration, limit: Duration) -> BrokerError {
+        BrokerError::Connection {
+            broker: BROKER,
+            detail: format!(
+                "{}: no answer to a blocking wait of {} ms within {limit:?}",
+                self.inner.connections.url,
+                wait_ms(wait)
+            ),
+        }
+    }
+
+    /// Puts a connection whose blocking wait was answered back in the pool.
+    pub(super) fn pool_blocking(&self, conn: Conn) {
+        self.inner
+            .connections
+            .blocking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(conn);
     }
 
     /// A connection for blocking waits: an idle pooled one, or a new one.
     /// One that is dropped mid-wait (the read was cancelled) or failed is
     /// never returned to the pool.
-    async fn blocking_conn(&self, scope: Scope<'_>) -> BrokerResult<Conn> {
+    pub(super) async fn blocking_conn(&self, scope: Scope<'_>) -> BrokerResult<Conn> {
         let connections = &self.inner.connections;
         let pooled = connections
             .blocking
@@ -352,6 +357,31 @@ impl RedisBroker {
         }
         .map_err(|e| scope.error(&e))
     }
+}
+
+/// A wait's block time in whole milliseconds, at least 1 (`BLOCK 0` would
+/// wait for ever).
+fn wait_ms(wait: Duration) -> u64 {
+    ms(wait).max(1)
+}
+
+/// `XREAD COUNT 1 BLOCK ms STREAMS ..`: waits up to `wait` for any of
+/// `keys` (stream, last id seen) to get an entry after that id. Claims
+/// nothing.
+pub(super) fn wait_command(keys: &[(String, String)], wait: Duration) -> Cmd {
+    let mut cmd = redis::cmd("XREAD");
+    cmd.arg("COUNT")
+        .arg(1)
+        .arg("BLOCK")
+        .arg(wait_ms(wait))
+        .arg("STREAMS");
+    for (key, _) in keys {
+        cmd.arg(key);
+    }
+    for (_, id) in keys {
+        cmd.arg(id);
+    }
+    cmd
 }
 
 /// What a call was about, for error messages.

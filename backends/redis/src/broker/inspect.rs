@@ -134,6 +134,15 @@ pub(super) async fn pending(
     if count == 0 {
         return Ok(Vec::new());
     }
+    if let Some(consumer) = consumer {
+        // What the consumer's abandoned waits claimed is being handed
+        // back: list after that, not while those entries are on their way.
+        broker
+            .inner
+            .abandoned
+            .settled(stream, group, consumer)
+            .await;
+    }
     broker
         .script(scope, |s, conn| {
             s.pending(conn, stream, group, from, count, consumer)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::{RedisError, Value};
 use ruststream_core::{BrokerResult, EntryId, ReadBatch, ReadMode, ReadRequest};
 
-use super::{RedisBroker, capability, inspect, settle};
+use super::{RedisBroker, capability, inspect, settle, wait};
 use crate::codec::{self, BadReply};
 use crate::keys::GroupKeys;
 use crate::scripts::{Aside, Post, ScriptRead};
@@ -53,8 +53,8 @@ pub(super) async fn read(
         .block
         .filter(|_| !matches!(req.mode, ReadMode::OwnPending { .. }))
         .map(|block| tokio::time::Instant::now() + block);
+    let mut read = read_once(broker, &req).await?;
     loop {
-        let read = read_once(broker, &req).await?;
         // A page of the own pending list may hold only entries the script
         // passes over (trimmed away, or retry copies of other groups): it
         // comes back empty, which a caller takes for the list's end. Page
@@ -69,18 +69,15 @@ pub(super) async fn read(
                 after: last,
                 min_idle,
             };
+            read = read_once(broker, &req).await?;
             continue;
         }
-        let batch = ReadBatch {
-            deliveries: read.deliveries,
-            dead_lettered: read.dead_lettered,
-        };
         let Some(deadline) = deadline else {
-            return Ok(batch);
+            return Ok(batch_of(read));
         };
         let now = tokio::time::Instant::now();
-        if !batch.deliveries.is_empty() || !batch.dead_lettered.is_empty() || now >= deadline {
-            return Ok(batch);
+        if !read.deliveries.is_empty() || !read.dead_lettered.is_empty() || now >= deadline {
+            return Ok(batch_of(read));
         }
         let mut wait = deadline - now;
         if let Some(due) = read.next_due_ms {
@@ -105,9 +102,23 @@ pub(super) async fn read(
             keys.push((req.stream.to_owned(), after));
         }
         keys.push((wake, read.wake_last.unwrap_or_else(|| "$".to_owned())));
-        broker
-            .wait_for(&keys, wait, broker.scope(req.stream, Some(req.group)))
-            .await?;
+        if req.mode == ReadMode::New {
+            // The read goes behind the wait on its connection: the server
+            // runs it the moment the wait ends, in the same round trip.
+            read = wait::then_read_new(broker, &req, &keys, wait).await?;
+        } else {
+            broker
+                .wait_for(&keys, wait, broker.scope(req.stream, Some(req.group)))
+                .await?;
+            read = read_once(broker, &req).await?;
+        }
+    }
+}
+
+fn batch_of(read: ScriptRead) -> ReadBatch {
+    ReadBatch {
+        deliveries: read.deliveries,
+        dead_lettered: read.dead_lettered,
     }
 }
 
@@ -158,19 +169,26 @@ async fn read_script(
 
 async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<ScriptRead> {
     let scope = broker.scope(req.stream, Some(req.group));
-    let keys = GroupKeys::new(req.stream, req.group);
-    let max = req.max_deliveries.unwrap_or(0);
-    // One round trip of plain commands: the server's clock, the first
-    // owed entry's due time, the wake stream's and the stream's last ids
-    // (where a blocking wait starts), and the read itself. The stream's
-    // last id is asked for before the read: if the read comes back short,
-    // the group has read past it, and anything appended later (after the
-    // read or in between, which the read would have returned) is after it,
-    // so a wait from there misses nothing. (A full read that hands out
-    // nothing, all of it retry copies for other groups, waits from the
-    // cursor instead.)
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
+    push_new_read(&mut pipe, req);
+    let replies: Vec<Result<Value, RedisError>> = broker.query(&pipe, scope).await?;
+    finish_new(broker, req, replies, Taker::Caller).await
+}
+
+/// Appends the five commands of a `New` read to `pipe`, whose replies
+/// [`finish_new`] makes sense of.
+///
+/// One round trip of plain commands: the server's clock, the first owed
+/// entry's due time, the wake stream's and the stream's last ids (where a
+/// blocking wait starts), and the read itself. The stream's last id is
+/// asked for before the read: if the read comes back short, the group has
+/// read past it, and anything appended later (after the read or in
+/// between, which the read would have returned) is after it, so a wait
+/// from there misses nothing. (A full read that hands out nothing, all of
+/// it retry copies for other groups, waits from the cursor instead.)
+pub(super) fn push_new_read(pipe: &mut redis::Pipeline, req: &ReadRequest<'_>) {
+    let keys = GroupKeys::new(req.stream, req.group);
     pipe.cmd("TIME");
     pipe.cmd("ZRANGE")
         .arg(&keys.due)
@@ -198,7 +216,31 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
         .arg("STREAMS")
         .arg(req.stream)
         .arg(">");
-    let replies: Vec<Result<Value, RedisError>> = broker.query(&pipe, scope).await?;
+}
+
+/// Who takes the entries a `New` read found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Taker {
+    /// The caller of the read: owed entries that are due go first, and
+    /// new ones fill the rest of the count.
+    Caller,
+    /// Nobody: the read was abandoned while it waited (see
+    /// [`super::wait`]). Every new entry it read is handed back, owed at
+    /// once as if never read, and no owed entry is handed out.
+    Nobody,
+}
+
+/// Makes sense of the replies to [`push_new_read`]'s commands: hands out
+/// owed entries first where they are due (a second call), settles the
+/// retry copies the plain read met, and hands back what does not fit.
+pub(super) async fn finish_new(
+    broker: &RedisBroker,
+    req: &ReadRequest<'_>,
+    replies: Vec<Result<Value, RedisError>>,
+    taker: Taker,
+) -> BrokerResult<ScriptRead> {
+    let scope = broker.scope(req.stream, Some(req.group));
+    let max = req.max_deliveries.unwrap_or(0);
     let [time, first_due, wake, last, new] = <[_; 5]>::try_from(replies).map_err(|_| {
         scope.bad_reply(BadReply(
             "a five-command pipeline did not answer five times".to_owned(),
@@ -231,7 +273,7 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
         stream_last: Some(last_id(&last)),
         ..ScriptRead::default()
     };
-    if next_due_ms.is_some_and(|due| due <= now_ms) {
+    if taker == Taker::Caller && next_due_ms.is_some_and(|due| due <= now_ms) {
         // Owed entries are due: they go first. The new entries read
         // beside them that leave no room are handed back below.
         match read_script(broker, req, true).await {
@@ -273,7 +315,10 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
             None => fresh.push(entry.delivery),
         }
     }
-    let room = req.count.saturating_sub(read.deliveries.len());
+    let room = match taker {
+        Taker::Caller => req.count.saturating_sub(read.deliveries.len()),
+        Taker::Nobody => 0,
+    };
     let beyond = if fresh.len() > room {
         fresh.split_off(room)
     } else {
@@ -289,9 +334,11 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
         .await;
     match posted {
         Ok((buried, aside)) => {
+            read.handed_back = post.back.len();
             read.dead_lettered.extend(buried);
             settle_aside(broker, req, aside, &mut read.dead_lettered).await;
         }
+        Err(e) if taker == Taker::Nobody => return Err(e),
         Err(e) => {
             // Entries that could not be handed back are delivered after
             // all (over the count, rather than stuck pending unseen).

@@ -180,6 +180,9 @@ pub(crate) struct ScriptRead {
     pub(crate) cursor: Option<String>,
     /// Entries the script set aside.
     pub(crate) aside: Vec<Aside>,
+    /// How many entries a `New` read handed back, owed at once (read
+    /// beyond the count, or read by a wait nobody awaits any more).
+    pub(crate) handed_back: usize,
 }
 
 /// Parses the reply of the read script: `{ deliveries, dead ids, dropped
