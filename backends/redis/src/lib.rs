@@ -240,18 +240,21 @@
 //! - **A read abandoned in flight** (its future dropped after the request
 //!   left, as at shutdown) may have delivered entries nobody receives: they
 //!   stay pending under the consumer until a `reclaim`/`claiming` read takes
-//!   them over or the consumer re-reads its own pending list. Blocking
-//!   waits are safe to abandon (`XREAD` delivers nothing).
+//!   them over or the consumer re-reads its own pending list (the runtime
+//!   looks at it when it stops). A `New` read abandoned while it waits is
+//!   woken by the broker, which hands back what its queued read claimed
+//!   (see above).
 //! - **Idle claims are polled.** A blocking claiming or reclaim read checks
 //!   for entries that reached `min_idle` every quarter of `min_idle` (at
 //!   most every second), where the engine wakes at the exact moment.
 //!
 //! # Cluster
 //!
-//! Only a standalone server (or a sentinel-managed primary behind a stable
-//! URL) is supported for now. The key layout is cluster-ready (every key a
-//! script touches carries the stream's hash tag), so cluster support is a
-//! matter of using redis-rs's cluster connection, once it is needed.
+//! [`RedisBroker::cluster`] (or a `redis+cluster://` URL) runs on a Redis
+//! Cluster: every key a call touches carries its stream's hash tag, so each
+//! call goes to one slot's master, and redirections after a failover or a
+//! reshard are followed. What holds through a failover is in
+//! `docs/guarantees.md`, "Redis Cluster".
 
 #![forbid(unsafe_code)]
 

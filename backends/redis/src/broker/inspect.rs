@@ -136,12 +136,24 @@ pub(super) async fn pending(
     }
     if let Some(consumer) = consumer {
         // What the consumer's abandoned waits claimed is being handed
-        // back: list after that, not while those entries are on their way.
-        broker
+        // back: list after that, not while those entries are on their way
+        // (a hand-back takes two round trips; one that takes longer is
+        // not waited for past a reply's time).
+        let at_most = broker.inner.connections.config().response_timeout;
+        let settled = broker
             .inner
             .abandoned
-            .settled(stream, group, consumer)
+            .settled(stream, group, consumer, at_most)
             .await;
+        if !settled {
+            tracing::warn!(
+                stream,
+                group,
+                consumer,
+                "listing the pending list while entries an abandoned read took are still being \
+                 handed back"
+            );
+        }
     }
     broker
         .script(scope, |s, conn| {

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use redis::{RedisError, Value};
-use ruststream_core::{BrokerResult, EntryId, ReadBatch, ReadMode, ReadRequest};
+use ruststream_core::{BrokerResult, Delivery, EntryId, ReadBatch, ReadMode, ReadRequest};
 
 use super::{RedisBroker, capability, inspect, settle, wait};
 use crate::codec::{self, BadReply};
@@ -173,7 +173,7 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
     pipe.ignore_errors();
     push_new_read(&mut pipe, req);
     let replies: Vec<Result<Value, RedisError>> = broker.query(&pipe, scope).await?;
-    finish_new(broker, req, replies, Taker::Caller).await
+    finish_new(broker, req, replies).await
 }
 
 /// Appends the five commands of a `New` read to `pipe`, whose replies
@@ -218,18 +218,6 @@ pub(super) fn push_new_read(pipe: &mut redis::Pipeline, req: &ReadRequest<'_>) {
         .arg(">");
 }
 
-/// Who takes the entries a `New` read found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Taker {
-    /// The caller of the read: owed entries that are due go first, and
-    /// new ones fill the rest of the count.
-    Caller,
-    /// Nobody: the read was abandoned while it waited (see
-    /// [`super::wait`]). Every new entry it read is handed back, owed at
-    /// once as if never read, and no owed entry is handed out.
-    Nobody,
-}
-
 /// Makes sense of the replies to [`push_new_read`]'s commands: hands out
 /// owed entries first where they are due (a second call), settles the
 /// retry copies the plain read met, and hands back what does not fit.
@@ -237,10 +225,8 @@ pub(super) async fn finish_new(
     broker: &RedisBroker,
     req: &ReadRequest<'_>,
     replies: Vec<Result<Value, RedisError>>,
-    taker: Taker,
 ) -> BrokerResult<ScriptRead> {
     let scope = broker.scope(req.stream, Some(req.group));
-    let max = req.max_deliveries.unwrap_or(0);
     let [time, first_due, wake, last, new] = <[_; 5]>::try_from(replies).map_err(|_| {
         scope.bad_reply(BadReply(
             "a five-command pipeline did not answer five times".to_owned(),
@@ -273,7 +259,7 @@ pub(super) async fn finish_new(
         stream_last: Some(last_id(&last)),
         ..ScriptRead::default()
     };
-    if taker == Taker::Caller && next_due_ms.is_some_and(|due| due <= now_ms) {
+    if next_due_ms.is_some_and(|due| due <= now_ms) {
         // Owed entries are due: they go first. The new entries read
         // beside them that leave no room are handed back below.
         match read_script(broker, req, true).await {
@@ -295,10 +281,114 @@ pub(super) async fn finish_new(
         // cursor, not from that id.
         read.stream_last = None;
     }
-    let mut post = Post::default();
-    let mut fresh = Vec::new();
+    let mut parsed = Vec::with_capacity(raw.len());
     for entry in raw {
-        let entry = codec::entry_of_read(entry).map_err(|e| scope.bad_reply(e))?;
+        parsed.push(codec::entry_of_read(entry).map_err(|e| scope.bad_reply(e))?);
+    }
+    let Sorted {
+        mut post,
+        mut fresh,
+    } = sort_new(req, parsed);
+    let room = req.count.saturating_sub(read.deliveries.len());
+    let beyond = if fresh.len() > room {
+        fresh.split_off(room)
+    } else {
+        Vec::new()
+    };
+    post.back = beyond.iter().map(|d| d.id()).collect();
+    read.deliveries.extend(fresh);
+    if post.is_empty() {
+        return Ok(read);
+    }
+    let posted = broker
+        .script(scope, |s, conn| s.post(conn, req, &post))
+        .await;
+    match posted {
+        Ok(posted) => {
+            read.dead_lettered.extend(posted.buried);
+            settle_aside(broker, req, posted.aside, &mut read.dead_lettered).await;
+        }
+        Err(e) => {
+            // Entries that could not be handed back are delivered after
+            // all (over the count, rather than stuck pending unseen).
+            // Copies left unsettled stay pending and are settled by their
+            // next claim.
+            tracing::error!(
+                stream = req.stream,
+                group = req.group,
+                error = %e,
+                "could not settle retry copies or hand back entries read beyond the count"
+            );
+            read.deliveries.extend(beyond);
+        }
+    }
+    Ok(read)
+}
+
+/// Hands back, owed at once as if never read, every entry that `new`
+/// (the reply to an `XREADGROUP ... >` nobody takes, see [`super::wait`])
+/// claimed for `req`'s consumer; copies meant for other groups are acked
+/// for this one, and the group's own copies at the attempt bound are
+/// dead-lettered, as a read would. An entry whose fields cannot be parsed
+/// is passed over and stays pending for the consumer's next look at its
+/// pending list. Returns how many were handed back.
+pub(super) async fn hand_back_claimed(
+    broker: &RedisBroker,
+    req: &ReadRequest<'_>,
+    new: Value,
+) -> BrokerResult<u64> {
+    let mut parsed = Vec::new();
+    for entry in codec::into_stream_entries(new) {
+        match codec::entry_of_read(entry) {
+            Ok(entry) => parsed.push(entry),
+            Err(BadReply(error)) => tracing::warn!(
+                stream = req.stream,
+                group = req.group,
+                consumer = req.consumer,
+                %error,
+                "an entry a read claimed for nobody could not be parsed: it stays pending under \
+                 the consumer until its next look at its pending list"
+            ),
+        }
+    }
+    let Sorted { mut post, fresh } = sort_new(req, parsed);
+    post.back = fresh.iter().map(Delivery::id).collect();
+    if post.is_empty() {
+        return Ok(0);
+    }
+    let scope = broker.scope(req.stream, Some(req.group));
+    let posted = broker
+        .script(scope, |s, conn| s.post(conn, req, &post))
+        .await?;
+    let mut dead = posted.buried;
+    settle_aside(broker, req, posted.aside, &mut dead).await;
+    if !dead.is_empty() {
+        tracing::warn!(
+            stream = req.stream,
+            group = req.group,
+            ids = ?dead,
+            "retry copies a read claimed for nobody had reached max_deliveries: dead-lettered"
+        );
+    }
+    Ok(posted.handed_back)
+}
+
+/// The entries of a plain `XREADGROUP ... >` reply, sorted for `req`'s
+/// group.
+struct Sorted {
+    /// What the post script must do: ack the copies for other groups, fix
+    /// the counts of this group's own copies, dead-letter those at the
+    /// attempt bound (`back` is left to the caller).
+    post: Post,
+    /// The entries to hand out, in stream order.
+    fresh: Vec<Delivery>,
+}
+
+fn sort_new(req: &ReadRequest<'_>, entries: Vec<codec::NewEntry>) -> Sorted {
+    let max = req.max_deliveries.unwrap_or(0);
+    let mut post = Post::default();
+    let mut fresh = Vec::with_capacity(entries.len());
+    for entry in entries {
         match entry.copy_for {
             Some(group) if group != req.group => post.ack.push(entry.delivery.id()),
             Some(_) => {
@@ -315,45 +405,7 @@ pub(super) async fn finish_new(
             None => fresh.push(entry.delivery),
         }
     }
-    let room = match taker {
-        Taker::Caller => req.count.saturating_sub(read.deliveries.len()),
-        Taker::Nobody => 0,
-    };
-    let beyond = if fresh.len() > room {
-        fresh.split_off(room)
-    } else {
-        Vec::new()
-    };
-    post.back = beyond.iter().map(|d| d.id()).collect();
-    read.deliveries.extend(fresh);
-    if post.is_empty() {
-        return Ok(read);
-    }
-    let posted = broker
-        .script(scope, |s, conn| s.post(conn, req, &post))
-        .await;
-    match posted {
-        Ok((buried, aside)) => {
-            read.handed_back = post.back.len();
-            read.dead_lettered.extend(buried);
-            settle_aside(broker, req, aside, &mut read.dead_lettered).await;
-        }
-        Err(e) if taker == Taker::Nobody => return Err(e),
-        Err(e) => {
-            // Entries that could not be handed back are delivered after
-            // all (over the count, rather than stuck pending unseen).
-            // Copies left unsettled stay pending and are settled by their
-            // next claim.
-            tracing::error!(
-                stream = req.stream,
-                group = req.group,
-                error = %e,
-                "could not settle retry copies or hand back entries read beyond the count"
-            );
-            read.deliveries.extend(beyond);
-        }
-    }
-    Ok(read)
+    Sorted { post, fresh }
 }
 
 /// Deals with the entries a read script set aside rather than fail

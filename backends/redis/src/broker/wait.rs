@@ -12,14 +12,25 @@
 //! its caller gives up on (the runtime stopped and dropped the read) must
 //! not leave it to claim entries nobody takes. Dropping the wait hands it
 //! to a task that wakes it at once (an entry on the group's wake stream,
-//! which the wait watches), awaits its answer and hands back, owed at once
-//! as if never read, whatever the read claimed. Until that task is done, a
-//! listing of the consumer's own pending list waits for it (the runtime's
-//! last look at shutdown is one), so nothing is left pending under a
-//! consumer that stopped. Were the process to end first, its connection
-//! closes with it and the server drops the queued read unrun, or, if it
-//! ran in between, the entries stay pending under the consumer until its
-//! next start (`docs/guarantees.md`, "Under faults").
+//! which the wait watches; every reader of the group waiting then reads
+//! once, finding nothing), awaits its answer and hands back, owed at once
+//! as if never read, whatever the read claimed. A wait whose answer does
+//! not come in time (a stalled server) is handed to the same task, which
+//! awaits the answer for up to five minutes more. Until the task is done,
+//! a listing of the consumer's own pending list waits for it, for up to a
+//! reply's time (the runtime's last look at shutdown is one), so nothing
+//! is left pending under a consumer that stopped.
+//!
+//! What is left (`docs/guarantees.md`, "What is not promised"): a process
+//! that ends within a round trip of dropping the wait, a server that
+//! answers after the task gave up, an answer lost with its connection, or
+//! on a cluster a pipeline redirected and sent again after the first copy
+//! of the read had run. Each leaves the claimed entries pending under the
+//! consumer, where its next look at its own pending list (within a live
+//! window while it runs, or its recovery read at its next start) or a
+//! `reclaim` reader takes them: late, never lost. Were the process to end
+//! before the server ran the queued read, its connection closes with it
+//! and the server drops the read unrun.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -33,11 +44,17 @@ use ruststream_core::{BrokerResult, ReadMode, ReadRequest};
 
 use super::RedisBroker;
 use super::connection::wait_command;
-use super::read::{self, Taker};
+use super::read;
 use super::topology::Conn;
 use crate::codec::BadReply;
 use crate::keys::GroupKeys;
 use crate::scripts::ScriptRead;
+
+/// How long an abandoned wait's task awaits the answer before it gives up
+/// (and leaves what the read may claim to the consumer's next look at its
+/// pending list): long enough to outlast a stalled or failing-over server,
+/// whose answer would otherwise come after the task had gone.
+const PATIENCE: Duration = Duration::from_secs(300);
 
 /// The answers to the wait and the read behind it, one a command.
 type Replies = redis::RedisResult<Vec<Result<Value, RedisError>>>;
@@ -67,7 +84,7 @@ pub(super) async fn then_read_new(
     let limit = broker.wait_limit(wait);
     let mut queued = Queued {
         in_flight: Some(in_flight),
-        owner: Some(Owner::of(broker, req, limit)),
+        owner: Some(Owner::of(broker, req)),
     };
     let Ok((conn, replies)) = tokio::time::timeout(limit, &mut queued).await else {
         // `queued` is dropped on return: should the server answer after
@@ -86,7 +103,7 @@ pub(super) async fn then_read_new(
     }
     broker.pool_blocking(conn);
     let woke = replies.remove(0);
-    let read = read::finish_new(broker, req, replies, Taker::Caller).await?;
+    let read = read::finish_new(broker, req, replies).await?;
     match woke {
         // A wait that fails at once would otherwise be asked again and
         // again until the read's block time ran out.
@@ -125,8 +142,10 @@ impl Drop for Queued {
         let (Some(in_flight), Some(owner)) = (self.in_flight.take(), self.owner.take()) else {
             return;
         };
-        // Outside a runtime nothing can be awaited: the runtime that ran
-        // the connection has ended, and the connection with it.
+        // Outside a runtime (dropped by a thread of its own, or while the
+        // runtime shuts down) nothing can be awaited: the wait is left to
+        // end by itself, and the consumer's next look at its pending list
+        // hands back what its read claimed.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let ticket = Abandoned::begin(&owner.broker, owner.key());
             runtime.spawn(owner.hand_back(in_flight, ticket));
@@ -143,12 +162,10 @@ struct Owner {
     consumer: String,
     count: usize,
     max_deliveries: Option<u32>,
-    /// How long the answer may take.
-    limit: Duration,
 }
 
 impl Owner {
-    fn of(broker: &RedisBroker, req: &ReadRequest<'_>, limit: Duration) -> Self {
+    fn of(broker: &RedisBroker, req: &ReadRequest<'_>) -> Self {
         Owner {
             broker: broker.clone(),
             stream: req.stream.to_owned(),
@@ -156,7 +173,6 @@ impl Owner {
             consumer: req.consumer.to_owned(),
             count: req.count,
             max_deliveries: req.max_deliveries,
-            limit,
         }
     }
 
@@ -188,9 +204,9 @@ impl Owner {
                 "could not wake an abandoned wait; its read is handed back when the wait ends"
             );
         }
-        let answered = tokio::time::timeout(self.limit, in_flight).await;
-        let replies = match answered {
-            Ok((_, Ok(mut replies))) if replies.len() == 6 => replies.split_off(1),
+        let answered = tokio::time::timeout(PATIENCE, in_flight).await;
+        let new = match answered {
+            Ok((_, Ok(mut replies))) if replies.len() == 6 => replies.swap_remove(5),
             _ => {
                 tracing::warn!(
                     stream = self.stream,
@@ -202,6 +218,10 @@ impl Owner {
                 return;
             }
         };
+        // The read's own error (`NOGROUP` after a flush): it claimed nothing.
+        let Ok(new) = new else {
+            return;
+        };
         let mut req = ReadRequest::new(
             &self.stream,
             &self.group,
@@ -210,15 +230,15 @@ impl Owner {
             self.count,
         );
         req.max_deliveries = self.max_deliveries;
-        match read::finish_new(&self.broker, &req, replies, Taker::Nobody).await {
-            Ok(read) if read.handed_back > 0 => tracing::info!(
+        match read::hand_back_claimed(&self.broker, &req, new).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
                 stream = self.stream,
                 group = self.group,
                 consumer = self.consumer,
-                entries = read.handed_back,
+                entries = n,
                 "handed back the entries a read took after its caller had stopped waiting"
             ),
-            Ok(_) => {}
             Err(error) => tracing::warn!(
                 stream = self.stream,
                 group = self.group,
@@ -271,17 +291,27 @@ impl Abandoned {
             && running.contains_key(&(stream.to_owned(), group.to_owned(), consumer.to_owned()))
     }
 
-    /// Waits until no hand-back of `consumer`'s abandoned waits runs.
-    pub(super) async fn settled(&self, stream: &str, group: &str, consumer: &str) {
-        loop {
-            let done = self.done.notified();
-            tokio::pin!(done);
-            done.as_mut().enable();
-            if !self.is_running(stream, group, consumer) {
-                return;
+    /// Waits until no hand-back of `consumer`'s abandoned waits runs, or
+    /// for `at_most`, whichever comes first; false if it gave up.
+    pub(super) async fn settled(
+        &self,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+        at_most: Duration,
+    ) -> bool {
+        let settled = async {
+            loop {
+                let done = self.done.notified();
+                tokio::pin!(done);
+                done.as_mut().enable();
+                if !self.is_running(stream, group, consumer) {
+                    return;
+                }
+                done.await;
             }
-            done.await;
-        }
+        };
+        tokio::time::timeout(at_most, settled).await.is_ok()
     }
 }
 

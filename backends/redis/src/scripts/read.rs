@@ -84,7 +84,7 @@ impl Scripts {
         mut conn: Conn,
         req: &ReadRequest<'_>,
         post: &Post,
-    ) -> Result<(Vec<EntryId>, Vec<Aside>), ScriptError> {
+    ) -> Result<Posted, ScriptError> {
         let keys = GroupKeys::new(req.stream, req.group);
         let mut call = Call::new(&self.post, &keys.all(req.stream))
             .arg(req.group)
@@ -180,9 +180,6 @@ pub(crate) struct ScriptRead {
     pub(crate) cursor: Option<String>,
     /// Entries the script set aside.
     pub(crate) aside: Vec<Aside>,
-    /// How many entries a `New` read handed back, owed at once (read
-    /// beyond the count, or read by a wait nobody awaits any more).
-    pub(crate) handed_back: usize,
 }
 
 /// Parses the reply of the read script: `{ deliveries, dead ids, dropped
@@ -229,14 +226,32 @@ pub(crate) fn script_read(value: &Value) -> Result<ScriptRead, BadReply> {
     Ok(out)
 }
 
+/// What the post script did.
+#[derive(Debug, Default)]
+pub(crate) struct Posted {
+    /// How many entries it handed back (those still pending).
+    pub(crate) handed_back: u64,
+    /// The copies it dead-lettered.
+    pub(crate) buried: Vec<EntryId>,
+    /// The dead letters it set aside for the broker.
+    pub(crate) aside: Vec<Aside>,
+}
+
 /// Parses the reply of the post script: `{ handed back, dead-lettered ids,
 /// set aside }`.
-pub(crate) fn post_reply(value: &Value) -> Result<(Vec<EntryId>, Vec<Aside>), BadReply> {
+pub(crate) fn post_reply(value: &Value) -> Result<Posted, BadReply> {
     let parts = array(value);
-    let [_, buried, aside] = parts else {
+    let [handed_back, buried, aside] = parts else {
         return Err(bad("post script reply", value));
     };
-    Ok((ids(buried)?, asides(aside)?))
+    let handed_back = int(handed_back)
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| bad("post script's count", handed_back))?;
+    Ok(Posted {
+        handed_back,
+        buried: ids(buried)?,
+        aside: asides(aside)?,
+    })
 }
 
 #[cfg(test)]

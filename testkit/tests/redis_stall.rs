@@ -1,0 +1,90 @@
+//! A `new` read waiting on Redis whose answer comes back long after the
+//! read gave up (a network that holds the server's answers back for a
+//! while). The read's `XREADGROUP` was queued behind its wait (one round
+//! trip per entry that finds the reader idle), so it claimed the entry
+//! published meanwhile for a caller that is no longer there. The broker
+//! must hand that entry back, owed at once, rather than leave it pending
+//! under the consumer: it awaits the late answer for minutes, not for the
+//! read's own time. The server is a private `redis-server` (its own port),
+//! reached through a proxy that holds its answers back; the publisher
+//! connects to it directly.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use ruststream::{
+    Broker, EntryId, Message, ReadMode, ReadRequest, RedisBroker, RedisConfig, StreamStart,
+};
+use support::proxy::Proxy;
+use support::redis_server::{Persistence, RedisServer};
+use support::wait_until;
+
+/// How long the answers are held: longer than the read's wait plus its
+/// reply time (0.3 + 0.3 s), twice over.
+const HELD: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_a_read_claims_after_its_caller_gave_up_is_handed_back() {
+    let server = RedisServer::start("held-answers", Persistence::None);
+    let proxy = Proxy::to(server.port());
+    let config = RedisConfig {
+        response_timeout: Duration::from_millis(300),
+        ..RedisConfig::default()
+    };
+    let reader = RedisBroker::standalone_with(proxy.url(), config);
+    let publisher = RedisBroker::standalone(server.url());
+    let (s, g) = ("held", "g");
+    publisher
+        .ensure_group(s, g, StreamStart::New)
+        .await
+        .unwrap();
+
+    // The read finds nothing and waits, its read queued behind the wait.
+    let request =
+        ReadRequest::new(s, g, "gone", ReadMode::New, 10).block(Duration::from_millis(300));
+    let waiting = reader.clone();
+    let read = tokio::spawn(async move { waiting.read(request).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.hold();
+    // The entry wakes the wait at once, and the queued read claims it; the
+    // answer is held back until long after the read gave up.
+    publisher
+        .publish(s, Message::new(b"{}".to_vec()))
+        .await
+        .unwrap();
+    let gave_up = read.await.unwrap();
+    assert!(gave_up.is_err(), "no answer came in time: {gave_up:?}");
+    let claimed = publisher
+        .pending(s, g, EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].consumer.as_deref(), Some("gone"), "{claimed:?}");
+    tokio::time::sleep(HELD).await;
+    proxy.release();
+
+    // What the read claimed comes back, owed at once (under no consumer).
+    let handed_back = wait_until(Duration::from_secs(10), async || {
+        let listed = publisher.pending(s, g, EntryId::ZERO, 10, None).await;
+        listed.is_ok_and(|listed| listed.len() == 1 && listed[0].consumer.is_none())
+    })
+    .await;
+    assert!(
+        handed_back,
+        "not handed back: {:?}",
+        publisher.pending(s, g, EntryId::ZERO, 10, None).await
+    );
+    let batch = publisher
+        .read(ReadRequest::new(s, g, "other", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        batch.deliveries.len(),
+        1,
+        "another consumer reads it at once"
+    );
+    assert_eq!(batch.deliveries[0].delivery_count, 0, "as if never read");
+}
