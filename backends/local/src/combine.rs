@@ -28,16 +28,10 @@
 //!   same worker thread never overlap, so there is nothing to combine. A
 //!   caller that finds no one combining therefore queues its own publish
 //!   and marks the queue *gathering*: it and every publish queued while
-//!   the mark stands yield once ([`tokio::task::yield_now`]) before they
-//!   try to combine. The runtime wakes a yielding task only once its
-//!   thread has run the other tasks ready there, so the publishers ready
-//!   to run there queue up before the first of them is back, and that one
-//!   serves the lot in one write. (A task that wakes itself instead goes
-//!   to the back of the run queue too, but on a multi-thread runtime every
-//!   such wake also rouses an idle worker thread: with 16 publishers that
-//!   was a quarter of the CPU time, in wake-ups and the lock contention of
-//!   two threads publishing at once; see BENCHMARKS.md, "Deferred
-//!   yields".) No publish
+//!   the mark stands yield once (waking their own task) before they try to
+//!   combine. A yielding task goes to the back of its thread's run queue,
+//!   so the publishers ready to run there queue up before the first of
+//!   them is back, and that one serves the lot in one write. No publish
 //!   waits for a particular other one: whichever is polled first after its
 //!   yield serves the queue, and a dropped one serves it in its drop (as
 //!   any queued publish does), so a publish that is not polled (or
@@ -281,21 +275,14 @@ impl<P: Persistence> LocalBroker<P> {
                 queue.gathering |= gather;
                 let slot = Slot::new(stream, message);
                 queue.pending.push(Arc::clone(&slot));
-                let gathering = queue.gathering;
                 let queued = Queued {
                     broker: self,
                     slot,
                     done: false,
+                    yield_first: queue.gathering,
                 };
                 drop(queue);
                 return Box::pin(async move {
-                    if gathering {
-                        // The tasks ready to run publish (and queue)
-                        // before the first of the gathered publishes is
-                        // back to serve them. Dropped meanwhile, `queued`
-                        // still publishes (see `Queued`'s drop).
-                        tokio::task::yield_now().await;
-                    }
                     let (id, ticket) = queued.await?;
                     if let Some(durability) = &self.shared.durability {
                         durability.wait(ticket).await?;
@@ -470,6 +457,8 @@ struct Queued<'a, P: Persistence> {
     slot: Arc<Slot>,
     /// Its outcome was taken.
     done: bool,
+    /// Queued while gathering: it yields once before it combines.
+    yield_first: bool,
 }
 
 impl<P: Persistence> Queued<'_, P> {
@@ -491,6 +480,12 @@ impl<P: Persistence> Future for Queued<'_, P> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
         if let Some(outcome) = self.outcome(cx.waker()) {
             return Poll::Ready(outcome);
+        }
+        if std::mem::take(&mut self.yield_first) {
+            // Gathering: the tasks ready to run publish (and queue) before
+            // the first of the gathered publishes is back to serve them.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         // No one is serving the queue: combine.
         if self.broker.combine_if_idle()

@@ -52,7 +52,10 @@
 //! count their `fdatasync` calls exactly. Other processes writing to the
 //! same disk add to the flush count. "msg/flush" (the framework's messages
 //! per device flush) shows how well group commit fills each sync: at most
-//! P for P publishers of one message each.
+//! P for P publishers of one message each. "fw fair" is the fewest
+//! messages one publisher sent over the most (median of the runs): 1.00
+//! when every publisher got as many turns. A faster row with a low figure
+//! is starving publishers, not serving them faster.
 //!
 //! Publish figures are the median of `--reps` runs (default 3) of
 //! `--seconds` each (default 2), framework and baseline interleaved, each
@@ -390,11 +393,22 @@ struct PublishRun {
     syncs: Option<u64>,
     /// Device flush requests over the run.
     flushes: Option<u64>,
+    /// The fewest and the most messages one publisher sent (framework
+    /// runs): how evenly the publishers got their turns.
+    spread: Option<(u64, u64)>,
 }
 
 impl PublishRun {
     fn rate(&self) -> f64 {
         self.messages as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The fewest messages one publisher sent over the most: 1.0 when
+    /// every publisher got as many turns.
+    fn fairness(&self) -> Option<f64> {
+        self.spread
+            .filter(|&(_, most)| most > 0)
+            .map(|(fewest, most)| fewest as f64 / most as f64)
     }
 
     fn per_second(&self, count: Option<u64>) -> Option<f64> {
@@ -409,8 +423,14 @@ impl PublishRun {
             elapsed: self.elapsed + other.elapsed,
             syncs: sum(self.syncs, other.syncs),
             flushes: sum(self.flushes, other.flushes),
+            spread: None,
         }
     }
+}
+
+/// The fewest and the most of `each` (messages per publisher).
+fn each_spread(each: &[u64]) -> Option<(u64, u64)> {
+    Some((*each.iter().min()?, *each.iter().max()?))
 }
 
 /// `publishers` tasks publishing `batch` messages per call to a fresh file
@@ -456,12 +476,14 @@ fn framework_publish(
                     Ok::<u64, BrokerError>(sent)
                 }));
             }
-            let mut total = 0;
+            let mut each = Vec::with_capacity(publishers);
             for task in tasks {
-                total += task.await.map_err(|e| format!("publisher task: {e}"))??;
+                each.push(task.await.map_err(|e| format!("publisher task: {e}"))??);
             }
-            Ok::<u64, Box<dyn Error + Send + Sync>>(total)
+            Ok::<Vec<u64>, Box<dyn Error + Send + Sync>>(each)
         })?;
+        let spread = each_spread(&messages);
+        let messages = messages.iter().sum();
         let elapsed = start.elapsed();
         let after = flushes.and_then(|f| f.read());
         Ok::<_, Box<dyn Error + Send + Sync>>(PublishRun {
@@ -469,6 +491,7 @@ fn framework_publish(
             elapsed,
             syncs: None,
             flushes: before.zip(after).map(|(b, a)| a - b),
+            spread,
         })
     })?;
     drop(broker);
@@ -653,6 +676,7 @@ fn raw_publish(
         elapsed,
         syncs: Some(log.syncs.load(Ordering::Relaxed)),
         flushes: before.zip(after).map(|(b, a)| a - b),
+        spread: None,
     })
 }
 
@@ -711,11 +735,12 @@ fn opt(value: Option<f64>) -> String {
 
 fn print_publish_header() {
     println!(
-        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>10} | {:>9} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5} | {:>11} | {:>7} |",
+        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>7} | {:>10} | {:>9} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5} | {:>11} | {:>7} |",
         "policy",
         "pubs",
         "batch",
         "fw msg/s",
+        "fw fair",
         "fw flush/s",
         "msg/flush",
         "baseline",
@@ -727,8 +752,8 @@ fn print_publish_header() {
         "of ceil"
     );
     println!(
-        "|{:-<15}|{:->6}|{:->7}|{:->13}|{:->12}|{:->11}|{:-<27}|{:->13}|{:->12}|{:->13}|{:->7}|{:->13}|{:->9}|",
-        ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":"
+        "|{:-<15}|{:->6}|{:->7}|{:->13}|{:->9}|{:->12}|{:->11}|{:-<27}|{:->13}|{:->12}|{:->13}|{:->7}|{:->13}|{:->9}|",
+        ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":", ":"
     );
 }
 
@@ -740,11 +765,14 @@ fn print_publish_row(row: &PublishRow) {
         None => ("-".to_owned(), "-".to_owned()),
     };
     println!(
-        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>10} | {:>9} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5.2} | {:>11} | {:>7} |",
+        "| {:<13} | {:>4} | {:>5} | {:>11} | {:>7} | {:>10} | {:>9} | {:<25} | {:>11} | {:>10} | {:>11} | {:>5.2} | {:>11} | {:>7} |",
         row.policy,
         row.publishers,
         row.batch,
         thousands(fw),
+        PublishRow::median_of(&row.framework, PublishRun::fairness)
+            .map(|f| format!("{f:.2}"))
+            .unwrap_or_else(|| "n/a".to_owned()),
         opt(PublishRow::median_of(&row.framework, |r| r.per_second(r.flushes))),
         PublishRow::median_of(&row.framework, |r| r
             .flushes
@@ -1286,7 +1314,7 @@ fn only(runtime: &tokio::runtime::Runtime, options: &Options, which: Only) -> Be
             )?;
             println!(
                 "publish {sync:?}, {} publishers, batch {}: {} messages in {:.3} s = {} msg/s, \
-                 device flushes {}",
+                 device flushes {}, per publisher {}",
                 options.publishers,
                 options.batch,
                 run.messages,
@@ -1294,6 +1322,9 @@ fn only(runtime: &tokio::runtime::Runtime, options: &Options, which: Only) -> Be
                 thousands(run.rate()),
                 run.flushes
                     .map(|f| f.to_string())
+                    .unwrap_or_else(|| "n/a".into()),
+                run.spread
+                    .map(|(fewest, most)| format!("{fewest} to {most}"))
                     .unwrap_or_else(|| "n/a".into())
             );
         }
