@@ -71,12 +71,15 @@ async fn read_new(
 /// A broker, and a stream of its own (named after `what`) with group `g`
 /// created for new entries.
 async fn fresh_group(what: &str) -> (RedisBroker, String) {
-    let broker = RedisBroker::standalone(url());
+    group_on(url(), what, StreamStart::New).await
+}
+
+/// A broker on `url`, and a stream of its own (named after `what`) with
+/// group `g` created at `start`.
+async fn group_on(url: String, what: &str, start: StreamStart) -> (RedisBroker, String) {
+    let broker = RedisBroker::standalone(url);
     let s = unique(what);
-    broker
-        .ensure_group(&s, "g", StreamStart::New)
-        .await
-        .unwrap();
+    broker.ensure_group(&s, "g", start).await.unwrap();
     (broker, s)
 }
 
@@ -278,12 +281,7 @@ async fn an_unreachable_server_is_a_transient_error_naming_the_url() {
 #[tokio::test]
 async fn the_broker_reconnects_after_its_connections_are_killed() {
     const DB: u32 = 9;
-    let broker = RedisBroker::standalone(url_db(DB));
-    let s = unique("reconnect");
-    broker
-        .ensure_group(&s, "g", StreamStart::New)
-        .await
-        .unwrap();
+    let (broker, s) = group_on(url_db(DB), "reconnect", StreamStart::New).await;
     broker
         .publish(&s, Message::new(b"before".to_vec()))
         .await
@@ -369,12 +367,7 @@ async fn settle_scripts_run_again_after_the_script_cache_is_flushed() {
 #[tokio::test]
 async fn a_flushed_group_is_nogroup_and_ensure_group_recreates_it() {
     const DB: u32 = 10;
-    let broker = RedisBroker::standalone(url_db(DB));
-    let s = unique("flush");
-    broker
-        .ensure_group(&s, "g", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let (broker, s) = group_on(url_db(DB), "flush", StreamStart::Beginning).await;
     let mut cli = raw(DB).await;
     let _: () = redis::cmd("FLUSHDB").query_async(&mut cli).await.unwrap();
     let err = broker
