@@ -1359,7 +1359,8 @@ pub async fn a_blocking_read_given_up_on_leaves_nothing_claimed(t: Target) {
         let request =
             ReadRequest::new(&s, G, "gone", ReadMode::New, 10).block(Duration::from_secs(10));
         let mut read = Box::pin(t.broker.read(request));
-        let waited = tokio::time::timeout(Duration::from_millis(100), read.as_mut()).await;
+        // Long enough for any broker to be waiting (a first read done).
+        let waited = tokio::time::timeout(Duration::from_millis(300), read.as_mut()).await;
         assert!(waited.is_err(), "round {round}: nothing was published");
         let published = match round {
             0 => {

@@ -22,9 +22,12 @@ use support::proxy::Proxy;
 use support::redis_server::{Persistence, RedisServer};
 use support::wait_until;
 
-/// How long the answers are held: longer than the read's wait plus its
-/// reply time (0.3 + 0.3 s), twice over.
-const HELD: Duration = Duration::from_secs(2);
+/// How long the read waits at most.
+const BLOCK: Duration = Duration::from_secs(1);
+
+/// How long the answers are held after the read gave up: longer than the
+/// read's wait plus its reply time (1 + 0.3 s), twice over.
+const HELD: Duration = Duration::from_secs(3);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_a_read_claims_after_its_caller_gave_up_is_handed_back() {
@@ -43,11 +46,12 @@ async fn an_entry_a_read_claims_after_its_caller_gave_up_is_handed_back() {
         .unwrap();
 
     // The read finds nothing and waits, its read queued behind the wait.
-    let request =
-        ReadRequest::new(s, g, "gone", ReadMode::New, 10).block(Duration::from_millis(300));
+    let request = ReadRequest::new(s, g, "gone", ReadMode::New, 10).block(BLOCK);
     let waiting = reader.clone();
     let read = tokio::spawn(async move { waiting.read(request).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let port = server.port();
+    let waits = wait_until(Duration::from_secs(5), async || blocked_in_xread(port)).await;
+    assert!(waits, "the read never waited");
     proxy.hold();
     // The entry wakes the wait at once, and the queued read claims it; the
     // answer is held back until long after the read gave up.
@@ -87,4 +91,16 @@ async fn an_entry_a_read_claims_after_its_caller_gave_up_is_handed_back() {
         "another consumer reads it at once"
     );
     assert_eq!(batch.deliveries[0].delivery_count, 0, "as if never read");
+}
+
+/// Whether a client of the server on `port` waits in `XREAD` (`CLIENT
+/// LIST`: flag `b`, blocked).
+fn blocked_in_xread(port: u16) -> bool {
+    let listed = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "CLIENT", "LIST"])
+        .output()
+        .expect("redis-cli can be run");
+    String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .any(|client| client.contains(" flags=b ") && client.contains(" cmd=xread "))
 }
