@@ -281,14 +281,17 @@ pub(super) async fn finish_new(
         // cursor, not from that id.
         read.stream_last = None;
     }
-    let mut parsed = Vec::with_capacity(raw.len());
+    let mut sorted = Sorted::with_capacity(raw.len());
     for entry in raw {
-        parsed.push(codec::entry_of_read(entry).map_err(|e| scope.bad_reply(e))?);
+        sorted.add(
+            req,
+            codec::entry_of_read(entry).map_err(|e| scope.bad_reply(e))?,
+        );
     }
     let Sorted {
         mut post,
         mut fresh,
-    } = sort_new(req, parsed);
+    } = sorted;
     let room = req.count.saturating_sub(read.deliveries.len());
     let beyond = if fresh.len() > room {
         fresh.split_off(room)
@@ -337,10 +340,10 @@ pub(super) async fn hand_back_claimed(
     req: &ReadRequest<'_>,
     new: Value,
 ) -> BrokerResult<u64> {
-    let mut parsed = Vec::new();
+    let mut sorted = Sorted::with_capacity(0);
     for entry in codec::into_stream_entries(new) {
         match codec::entry_of_read(entry) {
-            Ok(entry) => parsed.push(entry),
+            Ok(entry) => sorted.add(req, entry),
             Err(BadReply(error)) => tracing::warn!(
                 stream = req.stream,
                 group = req.group,
@@ -351,7 +354,7 @@ pub(super) async fn hand_back_claimed(
             ),
         }
     }
-    let Sorted { mut post, fresh } = sort_new(req, parsed);
+    let Sorted { mut post, fresh } = sorted;
     post.back = fresh.iter().map(Delivery::id).collect();
     if post.is_empty() {
         return Ok(0);
@@ -384,28 +387,36 @@ struct Sorted {
     fresh: Vec<Delivery>,
 }
 
-fn sort_new(req: &ReadRequest<'_>, entries: Vec<codec::NewEntry>) -> Sorted {
-    let max = req.max_deliveries.unwrap_or(0);
-    let mut post = Post::default();
-    let mut fresh = Vec::with_capacity(entries.len());
-    for entry in entries {
+impl Sorted {
+    fn with_capacity(entries: usize) -> Self {
+        Sorted {
+            post: Post::default(),
+            fresh: Vec::with_capacity(entries),
+        }
+    }
+
+    /// Sorts in the next entry of the reply.
+    fn add(&mut self, req: &ReadRequest<'_>, entry: codec::NewEntry) {
+        let post = &mut self.post;
         match entry.copy_for {
             Some(group) if group != req.group => post.ack.push(entry.delivery.id()),
             Some(_) => {
                 let carried = entry.delivery.delivery_count;
-                if max > 0 && carried >= max {
+                if req
+                    .max_deliveries
+                    .is_some_and(|max| max > 0 && carried >= max)
+                {
                     post.dead.push((entry.delivery.id(), carried));
                 } else {
                     if carried > 0 {
                         post.fix.push((entry.delivery.id(), carried));
                     }
-                    fresh.push(entry.delivery);
+                    self.fresh.push(entry.delivery);
                 }
             }
-            None => fresh.push(entry.delivery),
+            None => self.fresh.push(entry.delivery),
         }
     }
-    Sorted { post, fresh }
 }
 
 /// Deals with the entries a read script set aside rather than fail
