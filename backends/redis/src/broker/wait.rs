@@ -84,7 +84,8 @@ pub(super) async fn then_read_new(
     let limit = broker.wait_limit(wait);
     let mut queued = Queued {
         in_flight: Some(in_flight),
-        owner: Some(Owner::of(broker, req)),
+        broker,
+        req,
     };
     let Ok((conn, replies)) = tokio::time::timeout(limit, &mut queued).await else {
         // `queued` is dropped on return: should the server answer after
@@ -115,15 +116,16 @@ pub(super) async fn then_read_new(
 }
 
 /// A wait and its read in flight; dropped before its answer came, it hands
-/// them to a task that wakes the wait and hands back what the read claimed.
-struct Queued {
+/// them to a task that wakes the wait and hands back what the read claimed
+/// (only then is what that task needs of the read copied).
+struct Queued<'a> {
     /// `None` once answered.
     in_flight: Option<InFlight>,
-    /// Who would hand back what the read claimed.
-    owner: Option<Owner>,
+    broker: &'a RedisBroker,
+    req: &'a ReadRequest<'a>,
 }
 
-impl Future for Queued {
+impl Future for Queued<'_> {
     type Output = (Conn, Replies);
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -137,9 +139,9 @@ impl Future for Queued {
     }
 }
 
-impl Drop for Queued {
+impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        let (Some(in_flight), Some(owner)) = (self.in_flight.take(), self.owner.take()) else {
+        let Some(in_flight) = self.in_flight.take() else {
             return;
         };
         // Outside a runtime (dropped by a thread of its own, or while the
@@ -147,6 +149,7 @@ impl Drop for Queued {
         // end by itself, and the consumer's next look at its pending list
         // hands back what its read claimed.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let owner = Owner::of(self.broker, self.req);
             let ticket = Abandoned::begin(&owner.broker, owner.key());
             runtime.spawn(owner.hand_back(in_flight, ticket));
         }
