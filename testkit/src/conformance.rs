@@ -200,6 +200,7 @@ macro_rules! __conformance_rules {
             a_blocking_read_wakes_when_an_entry_arrives,
             a_blocking_read_returns_an_empty_batch_after_its_block_time,
             a_blocking_read_given_up_on_leaves_nothing_claimed,
+            calls_that_never_wait_still_let_other_tasks_run,
             reads_and_acks_on_the_spot_match_read_and_ack,
             an_unknown_group_is_a_clear_error,
             check_mode_refuses_only_what_the_broker_cannot_serve,
@@ -1343,6 +1344,70 @@ pub async fn a_blocking_read_returns_an_empty_batch_after_its_block_time(t: Targ
     assert!(batch.is_empty() && batch.dead_lettered.is_empty());
     assert!(waited >= block, "gave up early: {waited:?}");
     assert!(waited < block * 5, "gave up late: {waited:?}");
+}
+
+/// A task whose broker calls all complete without waiting still gives the
+/// other tasks of its thread their turns: every call takes part in tokio's
+/// cooperative budget (`docs/guarantees.md`, "Fair turns"). Without that,
+/// a publisher looping on a local broker keeps its worker thread from the
+/// subscribers, timers and endpoints that share it. On this suite's
+/// current-thread runtime, a task spawned before a loop of single publishes,
+/// batch publishes, reads that do not block, or acks must run before the
+/// loop has made [`FAIR_TURN_CALLS`] calls.
+pub async fn calls_that_never_wait_still_let_other_tasks_run(t: Target) {
+    let s = t.new_group("fair-turns").await;
+    let id = t.publish_all(&s, &["one"]).await[0];
+    let calls = [
+        turns_taken(|| Box::pin(ignore(t.broker.publish(&s, msg("x"))))).await,
+        turns_taken(|| Box::pin(ignore(t.broker.publish_batch(&s, vec![msg("a"), msg("b")]))))
+            .await,
+        turns_taken(|| {
+            let request = ReadRequest::new(&s, G, "c1", ReadMode::New, 1);
+            Box::pin(ignore(t.broker.read(request)))
+        })
+        .await,
+        turns_taken(|| Box::pin(ignore(t.broker.ack(&s, G, std::slice::from_ref(&id))))).await,
+    ];
+    for (kind, taken) in ["publish", "publish_batch", "read", "ack"]
+        .iter()
+        .zip(calls)
+    {
+        assert!(
+            taken.is_some(),
+            "{kind}: {FAIR_TURN_CALLS} calls in a row never let a spawned task run"
+        );
+    }
+}
+
+/// How many calls in a row [`calls_that_never_wait_still_let_other_tasks_run`]
+/// allows before another task must have run (tokio's budget is 128 a turn).
+pub const FAIR_TURN_CALLS: usize = 1_000;
+
+/// A broker call's answer, checked and dropped.
+async fn ignore<T>(call: impl Future<Output = Result<T, BrokerError>>) {
+    call.await.unwrap();
+}
+
+/// Calls `call` until a task spawned first has run, at most
+/// [`FAIR_TURN_CALLS`] times: how many calls that took, or `None`.
+async fn turns_taken<'a>(
+    mut call: impl FnMut() -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
+) -> Option<usize> {
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = tokio::spawn({
+        let ran = Arc::clone(&ran);
+        async move { ran.store(true, std::sync::atomic::Ordering::SeqCst) }
+    });
+    let mut taken = None;
+    for n in 1..=FAIR_TURN_CALLS {
+        call().await;
+        if ran.load(std::sync::atomic::Ordering::SeqCst) {
+            taken = Some(n);
+            break;
+        }
+    }
+    other.await.unwrap();
+    taken
 }
 
 /// A blocking read given up on while it waits (dropped, as a stopping app

@@ -151,8 +151,22 @@ enum Effect {
     Publishes,
 }
 
-fn ready<T: Send + 'static>(result: BrokerResult<T>) -> BrokerFuture<'static, T> {
-    Box::pin(std::future::ready(result))
+fn ready<'a, T: Send + 'a>(result: BrokerResult<T>) -> BrokerFuture<'a, T> {
+    cooperative(std::future::ready(result))
+}
+
+/// Boxes `future` as the answer to a broker call, taking part in tokio's
+/// cooperative scheduling: the call uses one unit of its task's budget, and
+/// once the budget is spent the task yields before it gets its answer.
+/// This broker's calls mostly complete at once, and a loop of calls that
+/// never waits would otherwise keep its worker thread from every other task
+/// on it (other publishers, subscribers, timers, an admin endpoint): see
+/// `docs/guarantees.md`, "Fair turns". Outside a tokio runtime it changes
+/// nothing.
+pub(crate) fn cooperative<'a, T>(
+    future: impl Future<Output = BrokerResult<T>> + Send + 'a,
+) -> BrokerFuture<'a, T> {
+    Box::pin(tokio::task::coop::cooperative(future))
 }
 
 impl<P: Persistence + Default> Default for LocalBroker<P> {
@@ -304,11 +318,11 @@ impl<P: Persistence> LocalBroker<P> {
         changed: BrokerResult<(T, u64)>,
     ) -> BrokerFuture<'a, T> {
         match (&self.shared.durability, changed) {
-            (Some(durability), Ok((out, ticket))) => Box::pin(async move {
+            (Some(durability), Ok((out, ticket))) => cooperative(async move {
                 durability.wait(ticket).await?;
                 Ok(out)
             }),
-            (_, changed) => Box::pin(std::future::ready(changed.map(|(out, _)| out))),
+            (_, changed) => ready(changed.map(|(out, _)| out)),
         }
     }
 
@@ -524,7 +538,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         if request.block.is_none() {
             return ready(self.read_once(&request, false).map(|(batch, _)| batch));
         }
-        Box::pin(self.blocking_read(request))
+        cooperative(self.blocking_read(request))
     }
 
     fn read_now(

@@ -161,11 +161,15 @@ where
             // Spans at debug level can be on only when the level filter
             // lets debug through: checked once per wake, not per entry.
             let traced = tracing::level_filters::LevelFilter::current() >= tracing::Level::DEBUG;
-            self.start_idle_lanes(traced);
+            // Looked at before anything starts: once a stop is asked for,
+            // entries not started yet go back, whatever else woke the task.
+            let mut stop_now = !self.stopping && shutdown_asked(&mut self.peek);
+            if !stop_now {
+                self.start_idle_lanes(traced);
+            }
             if self.stopping && self.held == 0 {
                 break;
             }
-            let stop_now = !self.stopping && shutdown_asked(&mut self.peek);
             let lanes = &self.lanes;
             let was_reading = self.reader.reading();
             self.reader
@@ -177,6 +181,7 @@ where
                 // The read is on its way: let the client send it before the
                 // handlers run, so reading overlaps handling.
                 tokio::task::yield_now().await;
+                stop_now = !self.stopping && shutdown_asked(&mut self.peek);
             }
             let wake = if stop_now {
                 Wake::Stop
@@ -254,6 +259,7 @@ where
             delivered,
             stopping,
             decisions,
+            peek,
             ..
         } = self;
         *now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -296,8 +302,9 @@ where
                     continue;
                 }
                 // The lane is free: start its next entry, polled in the next
-                // round of this same poll.
-                if lanes.start(lane, pipeline, traced, *now, make, false) {
+                // round of this same poll; not once a stop is asked for (the
+                // next turn of the loop sees it and hands the entry back).
+                if !shutdown_seen(peek) && lanes.start(lane, pipeline, traced, *now, make, false) {
                     lanes.lanes[lane].fresh = true;
                     started_any = true;
                     *delivered += 1;
@@ -459,15 +466,25 @@ fn settle_ended<S: Subscriber, F>(
     }
 }
 
-/// Whether shutdown has been asked for since `peek` last looked: a version
-/// check, then a look at the value only when it changed. A dropped sender
-/// counts as a shutdown.
-fn shutdown_asked(peek: &mut watch::Receiver<Option<Duration>>) -> bool {
+/// Whether shutdown has been asked for, without marking the change seen:
+/// a version check, then a look at the value only when it changed. A
+/// dropped sender counts as a shutdown.
+fn shutdown_seen(peek: &watch::Receiver<Option<Duration>>) -> bool {
     match peek.has_changed() {
         Ok(false) => false,
-        Ok(true) => peek.borrow_and_update().is_some(),
+        Ok(true) => peek.borrow().is_some(),
         Err(_) => true,
     }
+}
+
+/// Whether shutdown has been asked for since `peek` last looked
+/// ([`shutdown_seen`]), marking it seen.
+fn shutdown_asked(peek: &mut watch::Receiver<Option<Duration>>) -> bool {
+    let asked = shutdown_seen(peek);
+    if asked {
+        peek.mark_unchanged();
+    }
+    asked
 }
 
 /// Hands an entry read but not finished back to the broker at shutdown:
