@@ -265,6 +265,10 @@ where
         *now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let (mut total, mut longest) = (0u64, 0u64);
         let mut progress = false;
+        // Once a stop is asked for, a lane that frees up starts nothing: the
+        // next turn of the loop sees the stop and hands its entries back.
+        // Looked at once a poll (a look costs about 24 instructions).
+        let stop_asked = !*stopping && shutdown_seen(peek);
         // Poll in rounds: every occupied lane first, then, while handlers
         // finish, only the lanes that started a new handler in the round
         // before. Lanes take turns, so handlers that finish without waiting
@@ -302,9 +306,8 @@ where
                     continue;
                 }
                 // The lane is free: start its next entry, polled in the next
-                // round of this same poll; not once a stop is asked for (the
-                // next turn of the loop sees it and hands the entry back).
-                if !shutdown_seen(peek) && lanes.start(lane, pipeline, traced, *now, make, false) {
+                // round of this same poll.
+                if !stop_asked && lanes.start(lane, pipeline, traced, *now, make, false) {
                     lanes.lanes[lane].fresh = true;
                     started_any = true;
                     *delivered += 1;
