@@ -13,26 +13,16 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use ruststream::prelude::*;
-use ruststream::{Message, PARTITION_KEY_HEADER, ReadMode, ReadRequest, Subscriber};
-use support::{Job, advance, dead_letters, group_info, settle, start_fresh, stream_len};
+use ruststream::{ReadMode, ReadRequest, Subscriber};
+use support::{
+    Job, advance, dead_letters, group_info, publish_keyed as publish, settle, start_fresh,
+    stream_len,
+};
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
 
-/// Publishes `(n, key)` pairs, the key as the partition key (none for "").
-async fn publish(broker: &MemoryBroker, stream: &str, jobs: &[(u64, &str)]) {
-    for (n, key) in jobs {
-        let message = Message::new(serde_json::to_vec(&Job { n: *n }).unwrap());
-        let message = if key.is_empty() {
-            message
-        } else {
-            message.with_header(PARTITION_KEY_HEADER, *key)
-        };
-        broker.publish(stream, message).await.unwrap();
-    }
-}
-
 /// A fresh memory broker and an app on it running `subscriber` alone,
-/// with `jobs` published to `stream` (as [`publish`] does) and the app
+/// with `jobs` published to `stream` (as `publish_keyed` does) and the app
 /// settled.
 async fn start_with(
     subscriber: impl Subscriber,

@@ -18,7 +18,8 @@ use ruststream::{
     broker_methods, forward_broker,
 };
 use support::{
-    Job, advance, publish_jobs, start_fresh_named, start_named, start_one_named, stream_len,
+    Job, advance, publish_jobs, publish_keyed, start_fresh_named, start_named, start_one_named,
+    stream_len,
 };
 
 /// A memory broker whose settles (ack, retry, dead letter) can be made to
@@ -84,7 +85,7 @@ impl Broker for Flaky {
                 .delivered
                 .fetch_add(batch.deliveries.len() as u64, Ordering::SeqCst)
                 + batch.deliveries.len() as u64;
-            let unsettled = now - self.confirmed.load(Ordering::SeqCst);
+            let unsettled = now.saturating_sub(self.confirmed.load(Ordering::SeqCst));
             self.peak_unsettled.fetch_max(unsettled, Ordering::SeqCst);
             Ok(batch)
         })
@@ -191,6 +192,78 @@ async fn entries_of_a_read_whose_reply_was_lost_are_handled_all_the_same() {
         "{seen:?}"
     );
     assert_eq!(pending(&flaky.inner, "lost-read").await, 0);
+    app.shutdown().await;
+}
+
+static LOST_KEYED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+#[subscriber(
+    RedisStream::claiming("lost-keyed", Duration::from_secs(30)).group("g"),
+    workers(1, by_key)
+)]
+async fn lost_keyed(job: &Job) {
+    LOST_KEYED.lock().unwrap().push(job.n);
+}
+
+/// On a claiming subscription, a claiming read would take back what a lost
+/// read handed out only once idle (30 s here), after later entries of the
+/// same keys had run. The re-check hands them back at once instead, and
+/// they run first: one consumer runs a key's entries in stream order.
+#[tokio::test(start_paused = true)]
+async fn a_lost_read_on_a_claiming_subscription_keeps_by_key_order() {
+    let (flaky, app) = start_fresh_named::<Flaky>("test", lost_keyed).await;
+    advance(Duration::from_millis(20), 3).await;
+    flaky.lose_next_read.store(true, Ordering::SeqCst);
+    publish_keyed(&flaky.inner, "lost-keyed", &[(1, "a"), (2, "a")]).await;
+    advance(Duration::from_millis(10), 20).await;
+    assert!(
+        !flaky.lose_next_read.load(Ordering::SeqCst),
+        "the read was lost"
+    );
+    publish_keyed(&flaky.inner, "lost-keyed", &[(3, "a")]).await;
+    advance(Duration::from_millis(100), 20).await;
+    assert_eq!(*LOST_KEYED.lock().unwrap(), [1, 2, 3], "key a in order");
+    assert_eq!(pending(&flaky.inner, "lost-keyed").await, 0);
+    app.shutdown().await;
+}
+
+static LEFT: std::sync::Mutex<Vec<(u64, u32)>> = std::sync::Mutex::new(Vec::new());
+
+#[subscriber(RedisStream::claiming("left", Duration::from_secs(30)).group("g"))]
+async fn left(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    let count = ctx.headers().get_str(DELIVERY_COUNT_HEADER).unwrap();
+    LEFT.lock().unwrap().push((job.n, count.parse().unwrap()));
+    if job.n == 0 && count == "0" {
+        HandlerOutcome::Retry
+    } else {
+        HandlerOutcome::Ack
+    }
+}
+
+/// A claiming subscription's retry stays pending under its name until the
+/// next claiming read takes it once idle. The re-check after a lost read
+/// hands back only what was delivered since that read was sent, so the
+/// retry still waits out its 30 s.
+#[tokio::test(start_paused = true)]
+async fn the_recheck_after_a_lost_read_leaves_a_claiming_retry_to_its_idle_time() {
+    let (flaky, app) = start_fresh_named::<Flaky>("test", left).await;
+    publish_jobs(&flaky.inner, "left", 0..1).await;
+    advance(Duration::from_secs(1), 10).await;
+    flaky.lose_next_read.store(true, Ordering::SeqCst);
+    publish_jobs(&flaky.inner, "left", 1..2).await;
+    advance(Duration::from_secs(1), 20).await;
+    assert!(
+        !flaky.lose_next_read.load(Ordering::SeqCst),
+        "the read was lost"
+    );
+    assert_eq!(
+        *LEFT.lock().unwrap(),
+        [(0, 0), (1, 1)],
+        "the lost read's entry came back (a redelivery); the retry did not"
+    );
+    advance(Duration::from_secs(30), 4).await;
+    assert_eq!(*LEFT.lock().unwrap(), [(0, 0), (1, 1), (0, 1)]);
+    assert_eq!(pending(&flaky.inner, "left").await, 0);
     app.shutdown().await;
 }
 

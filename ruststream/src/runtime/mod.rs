@@ -209,7 +209,7 @@ async fn hand_back_strays(env: &Env) {
     }
     // Every entry the task saw is settled or handed back by now: it holds
     // nothing.
-    let look = own_pending::hand_back_own_strays(env, &[]);
+    let look = own_pending::hand_back_own_strays(env, &[], None);
     match tokio::time::timeout(STRAYS_TIMEOUT, look).await {
         Ok(Ok(0)) => {}
         Ok(Ok(n)) => {

@@ -16,6 +16,8 @@ use std::pin::Pin;
 use std::task::Context;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use ruststream_core::{BrokerFuture, BrokerResult, EntryId, PendingEntry, ReadBatch};
 
 use super::Env;
@@ -161,10 +163,15 @@ const OWN_LIST: usize = 10_000;
 /// Lists the consumer's own pending entries (a listing, which counts no
 /// delivery) and hands back, owed at once, those held by it and not in
 /// `holding`: entries a read handed out that nothing here will settle.
-/// Returns how many were handed back. Used by the re-check after a failed
-/// read and by the last look at shutdown.
-pub(super) async fn hand_back_own_strays(env: &Env, holding: &[EntryId]) -> BrokerResult<u64> {
-    let strays: Vec<EntryId> = own_strays(env, holding)
+/// With `delivered_since`, only those delivered since then (see
+/// [`own_strays`]). Returns how many were handed back. Used by the re-check
+/// after a failed read and by the last look at shutdown.
+pub(super) async fn hand_back_own_strays(
+    env: &Env,
+    holding: &[EntryId],
+    delivered_since: Option<Instant>,
+) -> BrokerResult<u64> {
+    let strays: Vec<EntryId> = own_strays(env, holding, delivered_since)
         .await?
         .iter()
         .map(|p| p.id)
@@ -173,9 +180,23 @@ pub(super) async fn hand_back_own_strays(env: &Env, holding: &[EntryId]) -> Brok
 }
 
 /// The consumer's own pending entries (a listing, which counts no
-/// delivery) that are not in `holding`. Owed entries belong to nobody and
-/// are not listed.
-async fn own_strays(env: &Env, holding: &[EntryId]) -> BrokerResult<Vec<PendingEntry>> {
+/// delivery) that are not in `holding` and, with `delivered_since`, were
+/// last delivered since then. Owed entries belong to nobody and are not
+/// listed.
+///
+/// A claiming or reclaim subscription leaves its own retries pending
+/// under its name on purpose (the next claiming read takes them once
+/// idle), so after a lost read only what was delivered since that read
+/// was sent is a stray. The cut-off is measured when the listing has come
+/// back, so an entry the lost read handed out always falls inside it (its
+/// idle time is at most the time since the read was sent); a retry left
+/// just before may fall inside too, and is then handed back early: one
+/// retry sooner, never one lost.
+async fn own_strays(
+    env: &Env,
+    holding: &[EntryId],
+    delivered_since: Option<Instant>,
+) -> BrokerResult<Vec<PendingEntry>> {
     let mut pending = env
         .broker
         .pending(
@@ -186,8 +207,13 @@ async fn own_strays(env: &Env, holding: &[EntryId]) -> BrokerResult<Vec<PendingE
             Some(&env.consumer),
         )
         .await?;
+    let within = delivered_since.map(|since| since.elapsed().as_millis());
     let holding: std::collections::HashSet<&EntryId> = holding.iter().collect();
-    pending.retain(|p| p.consumer.is_some() && !holding.contains(&p.id));
+    pending.retain(|p| {
+        p.consumer.is_some()
+            && !holding.contains(&p.id)
+            && within.is_none_or(|within| u128::from(p.idle_ms) <= within)
+    });
     Ok(pending)
 }
 
@@ -220,7 +246,7 @@ pub(super) fn look_for_a_twin(
     delivered_before: Option<u64>,
 ) -> BrokerFuture<'_, Look> {
     Box::pin(async move {
-        let mut strays = own_strays(env, &holding).await?;
+        let mut strays = own_strays(env, &holding, None).await?;
         // Idle longer than the subscription has run: delivered before it.
         if let Some(ran_ms) = delivered_before {
             strays.retain(|p| p.idle_ms >= ran_ms);
@@ -241,12 +267,14 @@ pub(super) fn look_for_a_twin(
     })
 }
 
-/// The re-check after a failed read: hands back the strays a lost reply
-/// left (see [`hand_back_own_strays`]), then resolves to an empty batch, as
-/// a read that found nothing.
+/// The re-check after a failed read sent at `sent`: hands back the strays
+/// a lost reply left (see [`hand_back_own_strays`]; on a claiming or
+/// reclaim subscription only what was delivered since `sent`), then
+/// resolves to an empty batch, as a read that found nothing.
 pub(super) fn recheck_after_a_lost_read(
     env: &Env,
     holding: Vec<EntryId>,
+    sent: Instant,
 ) -> BrokerFuture<'_, ReadBatch> {
     Box::pin(async move {
         if env.counters.name_shared() {
@@ -254,7 +282,8 @@ pub(super) fn recheck_after_a_lost_read(
             // them; the next look hands back whatever goes stale.
             return Ok(ReadBatch::default());
         }
-        let n = hand_back_own_strays(env, &holding).await?;
+        let since = env.subscription.stream.retries_in_place().then_some(sent);
+        let n = hand_back_own_strays(env, &holding, since).await?;
         if n > 0 {
             group_event!(
                 warn,

@@ -30,6 +30,8 @@ use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use ruststream_core::{
     BrokerError, BrokerFuture, BrokerResult, Delivery, EntryId, ReadBatch, ReadMode, ReadRequest,
     StreamStart,
@@ -120,10 +122,12 @@ pub(super) struct Reader<'a> {
     /// its own pending list before its first ordinary read. `Some` holds
     /// the id to page on from.
     recovering: Option<EntryId>,
-    /// Set after a failed read on a `new` subscription: the own pending
-    /// list is to be checked for entries a lost reply handed out (see
+    /// Set after a failed read, to when it was sent: the own pending list
+    /// is to be checked for entries a lost reply handed out (see
     /// `failed`).
-    recheck: bool,
+    recheck: Option<Instant>,
+    /// When the last read was sent.
+    sent: Instant,
     /// Whether the "read" in flight is the re-check (a listing, which says
     /// nothing about whether reads work).
     rechecking: bool,
@@ -151,7 +155,8 @@ impl<'a> Reader<'a> {
             backing_off: None,
             room: SettledSignal::new(outbox),
             recovering: Some(EntryId::ZERO),
-            recheck: false,
+            recheck: None,
+            sent: Instant::now(),
             rechecking: false,
             recreated_since_read: false,
             twin: TwinWatch::new(super::claims::live_window(env)),
@@ -183,14 +188,14 @@ impl<'a> Reader<'a> {
         // Decisions of this wake were pushed to the outbox before this is
         // called, so they count already.
         let unsettled = usize::try_from(env.counters.in_flight()).unwrap_or(usize::MAX);
-        if self.recheck {
+        if let Some(sent) = self.recheck {
             // Only once every decision made has reached the broker (nothing
             // in flight but what the lanes hold): any other entry pending
             // under this consumer is then one nobody here will settle.
             if unsettled == in_lanes {
-                self.recheck = false;
+                self.recheck = None;
                 self.room.disarm();
-                self.read = Some(recheck_after_a_lost_read(env, holding()));
+                self.read = Some(recheck_after_a_lost_read(env, holding(), sent));
                 self.rechecking = true;
             } else {
                 self.room.arm();
@@ -244,6 +249,7 @@ impl<'a> Reader<'a> {
         // broker that appends without clearing cannot hand out twice.
         self.spare.deliveries.clear();
         self.spare.dead_lettered.clear();
+        self.sent = Instant::now();
         match env.broker.read_now(&request, &mut self.spare) {
             // Nothing now, and the read would wait: it waits as a read.
             Some(Ok(())) if block.is_some() && is_quiet(&self.spare) => {}
@@ -391,22 +397,24 @@ impl<'a> Reader<'a> {
     /// once).
     pub(super) async fn failed(&mut self, error: BrokerError) {
         // The broker may have applied the read and lost its reply: the
-        // entries it handed out sit pending under this consumer, and on a
-        // `new` subscription nothing else would hand them out again while
-        // it lives (claiming and reclaim reads take such entries back once
-        // idle). So once the decisions already made have reached the broker
-        // (the settler's work of milliseconds; a long handler holds nothing
-        // up), the subscription lists its own pending entries (a listing,
-        // which counts no delivery) and hands back those its lanes do not
-        // hold: owed at once, the next read takes them, counted as
-        // redeliveries. New reads pause meanwhile. A failed own-pending read
+        // entries it handed out sit pending under this consumer. On a `new`
+        // subscription nothing else would hand them out again while it
+        // lives; claiming and reclaim reads would take them back once idle,
+        // but by then later entries of their keys may have run. So once the
+        // decisions already made have reached the broker (the settler's
+        // work of milliseconds; a long handler holds nothing up), the
+        // subscription lists its own pending entries (a listing, which
+        // counts no delivery) and hands back those its lanes do not hold
+        // (on a claiming or reclaim subscription, those delivered since the
+        // read was sent): owed at once, the next read takes them first,
+        // counted as redeliveries. New reads pause meanwhile. A failed own-pending read
         // (start-up recovery) leaves what it would have handed out pending
         // here, possibly claimed afresh: the next look at the own pending
         // list hands it back once stale; a group the broker lost took its
         // pending list with it.
         let new_kind = !self.env.subscription.stream.retries_in_place();
-        if self.recovering.is_none() && new_kind && !matches!(error, BrokerError::NoGroup { .. }) {
-            self.recheck = true;
+        if self.recovering.is_none() && !matches!(error, BrokerError::NoGroup { .. }) {
+            self.recheck = Some(self.sent);
         }
         // A recovery page whose reply was lost may have claimed entries
         // (their idle time starts again), which the page read again skips

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use ruststream::prelude::{Deserialize, Serialize};
 use ruststream::{
-    Broker, BrokerError, BrokerFuture, DeadLetter, EntryId, GroupInfo, MemoryBroker, Outgoing,
-    PendingEntry, Publisher, ReadBatch, ReadMode, ReadRequest, Subscriber, forward_broker,
+    Broker, BrokerError, BrokerFuture, DeadLetter, EntryId, GroupInfo, MemoryBroker, Message,
+    Outgoing, PARTITION_KEY_HEADER, PendingEntry, Publisher, ReadBatch, ReadMode, ReadRequest,
+    Subscriber, forward_broker,
 };
 
 /// The message most runtime tests publish: a number.
@@ -24,6 +25,20 @@ pub async fn publish_jobs(broker: &MemoryBroker, stream: &str, ns: impl IntoIter
     let publisher = Publisher::new(Arc::new(broker.clone()));
     for n in ns {
         publisher.publish(&Job { n }).to(stream).await.unwrap();
+    }
+}
+
+/// Publishes a `Job` for each `(n, key)` pair to `stream`, in order, the
+/// key as the partition key (none for "").
+pub async fn publish_keyed(broker: &MemoryBroker, stream: &str, jobs: &[(u64, &str)]) {
+    for (n, key) in jobs {
+        let message = Message::new(serde_json::to_vec(&Job { n: *n }).unwrap());
+        let message = if key.is_empty() {
+            message
+        } else {
+            message.with_header(PARTITION_KEY_HEADER, *key)
+        };
+        broker.publish(stream, message).await.unwrap();
     }
 }
 
