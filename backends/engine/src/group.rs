@@ -28,6 +28,12 @@ pub(crate) struct Group {
     pub(crate) dead: BTreeMap<EntryId, Dead>,
     /// Changes not yet taken, when recording (see [`crate::journal`]).
     pub(crate) log: Option<Vec<GroupChange>>,
+    /// While rebuilding only: retry copies restored so far, each with the
+    /// entries it stands for (the one it was made from, then, for a copy
+    /// of a copy, that one's original, and so on) and their pending
+    /// records, until the copy is settled (see [`GroupChange::Copied`]).
+    /// Empty otherwise.
+    pub(crate) copies: BTreeMap<EntryId, Vec<(EntryId, Pending)>>,
 }
 
 /// A consumer of a group, numbered in the order it joined.
@@ -70,6 +76,7 @@ impl Group {
             consumers: Vec::new(),
             consumer_index: HashMap::new(),
             dead: BTreeMap::new(),
+            copies: BTreeMap::new(),
         }
     }
 

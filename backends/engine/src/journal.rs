@@ -124,6 +124,18 @@ pub enum GroupChange {
         /// The entry.
         id: EntryId,
     },
+    /// `id` left the pending list for a retry copy, `copy`, appended in
+    /// the same call. Restored as [`GroupChange::Settled`], unless the copy
+    /// is not on disk at the end of the rebuild: the power failed after
+    /// this record reached the disk and before the copy did. `id` is then
+    /// owed again (see [`Engine::finish_restore`]), so a retry never loses
+    /// the entry it retries.
+    Copied {
+        /// The entry retried.
+        id: EntryId,
+        /// Its copy.
+        copy: EntryId,
+    },
     /// `id` became a dead letter.
     Dead {
         /// The entry.
@@ -169,12 +181,15 @@ impl GroupChange {
 /// Group changes per [`Change::Group`] in a snapshot.
 const SNAPSHOT_PIECE: usize = 4096;
 
-/// What [`Engine::finish_restore`] had to drop.
+/// What [`Engine::finish_restore`] had to drop or put back.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RestoreReport {
     /// Pending entries or dead letters whose entry was not found (it never
     /// became durable before a crash); each as (stream, group, id).
     pub dangling: Vec<(String, String, EntryId)>,
+    /// Entries retried with a copy that is not on disk
+    /// ([`GroupChange::Copied`]): owed again; each as (stream, group, id).
+    pub uncopied: Vec<(String, String, EntryId)>,
 }
 
 impl Engine {
@@ -350,7 +365,28 @@ impl Engine {
     pub fn finish_restore(&mut self) -> RestoreReport {
         let mut report = RestoreReport::default();
         for (name, s) in &mut self.streams {
-            for g in s.groups.values_mut() {
+            for (group, g) in &mut s.groups {
+                // A copy not on disk: its original is owed again. (An
+                // original missing too is dropped below, as dangling.)
+                let present =
+                    |id: EntryId| s.retained.contains_key(&id) || s.entries.find(id).is_some();
+                for (copy, chain) in std::mem::take(&mut g.copies) {
+                    if present(copy) {
+                        continue;
+                    }
+                    let Some(&(id, p)) = chain.iter().find(|(id, _)| present(*id)) else {
+                        continue;
+                    };
+                    g.take_pending(id);
+                    g.put_pending(
+                        id,
+                        Pending {
+                            claim: Claim::Owed { due_ms: p.since_ms },
+                            ..p
+                        },
+                    );
+                    report.uncopied.push((name.clone(), group.clone(), id));
+                }
                 g.reindex_held();
             }
             let mut missing = Vec::new();
@@ -437,6 +473,17 @@ impl Group {
             ),
             GroupChange::Settled { id } => {
                 self.take_pending(id);
+                // A copy handled to the end: what it was made for is done.
+                self.copies.remove(&id);
+            }
+            GroupChange::Copied { id, copy } => {
+                if let Some(p) = self.take_pending(id) {
+                    // A copy of a copy stands for the whole chain: if it is
+                    // missing, the newest entry of the chain on disk is owed.
+                    let mut chain = self.copies.remove(&id).unwrap_or_default();
+                    chain.insert(0, (id, p));
+                    self.copies.insert(copy, chain);
+                }
             }
             GroupChange::Dead {
                 id,
@@ -445,6 +492,8 @@ impl Group {
                 dead_at_ms,
             } => {
                 self.take_pending(id);
+                // A copy dead-lettered: its handler decided (as for `Settled`).
+                self.copies.remove(&id);
                 self.dead.insert(
                     id,
                     Dead {

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use ruststream_core::{BrokerError, BrokerResult, EntryId, Message};
 
-use crate::Engine;
 use crate::group::{Claim, Pending};
 use crate::stream::CopyOf;
+use crate::{Engine, GroupChange};
 
 /// How a retried entry ended up: its id and, for a copy, the copy's id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,10 +76,11 @@ impl Engine {
         let mut out = Vec::new();
         for (&id, message) in ids.iter().zip(messages) {
             let g = s.group_mut(stream, group)?;
-            let Some(p) = g.remove_pending(id) else {
+            let Some(message) = message else {
+                g.remove_pending(id);
                 continue;
             };
-            let Some(message) = message else {
+            let Some(p) = g.take_pending(id) else {
                 continue;
             };
             let copy = Arc::new(CopyOf {
@@ -87,6 +88,8 @@ impl Engine {
                 times_delivered: p.times_delivered,
             });
             let copy_id = s.append(message, Some(copy), now_ms);
+            s.group_mut(stream, group)?
+                .record(|| GroupChange::Copied { id, copy: copy_id });
             out.push(Retried {
                 original: id,
                 copy: Some(copy_id),

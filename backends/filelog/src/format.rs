@@ -428,6 +428,7 @@ const G_DEAD: u8 = 5;
 const G_UNDEAD: u8 = 6;
 const G_CURSOR: u8 = 7;
 const G_CONSUMER_GONE: u8 = 8;
+const G_COPIED: u8 = 9;
 
 /// Encodes changes (not appends: those go to segments) as one frame, so a
 /// call's changes are applied all or not at all.
@@ -544,6 +545,11 @@ fn put_group_change(out: &mut Vec<u8>, change: &GroupChange) -> Result<(), Strin
             put_u8(out, G_SETTLED);
             put_id(out, *id);
         }
+        GroupChange::Copied { id, copy } => {
+            put_u8(out, G_COPIED);
+            put_id(out, *id);
+            put_id(out, *copy);
+        }
         GroupChange::Dead {
             id,
             reason,
@@ -647,6 +653,10 @@ fn read_group_change(r: &mut Reader<'_>) -> Result<GroupChange, String> {
         },
         G_SETTLED => GroupChange::Settled {
             id: r.id("an entry id")?,
+        },
+        G_COPIED => GroupChange::Copied {
+            id: r.id("an entry id")?,
+            copy: r.id("a retry copy's id")?,
         },
         G_DEAD => GroupChange::Dead {
             id: r.id("an entry id")?,
@@ -753,6 +763,10 @@ mod tests {
                 since_ms: 78,
             }),
             g(GroupChange::Settled { id }),
+            g(GroupChange::Copied {
+                id,
+                copy: EntryId::new(9, 1),
+            }),
             g(GroupChange::Dead {
                 id,
                 reason: "why".into(),

@@ -41,7 +41,13 @@
 //!   and syncs periodically: nothing is lost to a process crash, but a
 //!   power failure can lose that interval. Group state is written before
 //!   each call returns, so a process crash loses none of it; it is synced
-//!   with the next publish or within 100 ms.
+//!   with the next publish or within 100 ms. A power failure in that window
+//!   can lose group changes, never an entry a producer was told is
+//!   published: a retry with a copy whose copy did not reach the disk
+//!   comes back as the original, owed again (the journal names the copy it
+//!   settled the original for), and compaction makes the entries a
+//!   snapshot describes durable before it writes the snapshot. Journals
+//!   with such records cannot be opened by versions before this one.
 //! - **Publishes written together.** Concurrent single publishes are
 //!   combined: one pass through the broker's lock and one `write` for
 //!   many, ids in call order. A publish that finds no one else writing

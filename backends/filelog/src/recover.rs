@@ -440,6 +440,12 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
             "group state refers to an entry that never reached the disk (a publish cut short by a crash, never acknowledged): dropped"
         );
     }
+    for (stream, group, id) in &report.uncopied {
+        tracing::warn!(
+            stream, group, %id,
+            "an entry was retried with a copy that never reached the disk (a power failure): owed again"
+        );
+    }
     for (stream, trim) in trims {
         if let Some(files) = streams.get_mut(&stream) {
             files.trims = trim;

@@ -694,6 +694,11 @@ impl Store {
     }
 
     fn write_snapshot(&mut self, engine: &Engine) -> BrokerResult<()> {
+        // The snapshot describes every entry written so far (a retry copy,
+        // say, in place of the entry it retried): those entries reach the
+        // disk first, or a power failure could leave the snapshot without
+        // them (`GroupChange::Copied` covers the journal, not snapshots).
+        self.syncer.sync_written_now()?;
         let state_dir = self.state_dir();
         let generation = self.journal.generation + 1;
         let changes = engine.snapshot();

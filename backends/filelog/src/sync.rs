@@ -260,6 +260,36 @@ impl Syncer {
         state.written
     }
 
+    /// Makes every write registered so far durable before it returns,
+    /// from the calling thread: syncs the files written since the last sync
+    /// began, then waits for a sync in progress (which covers the files
+    /// written before it began). For compaction, under the store's lock: a
+    /// snapshot must not reach the disk before the entries it describes.
+    /// A failed sync stops the store, as the sync thread's does.
+    pub(crate) fn sync_written_now(&self) -> BrokerResult<()> {
+        self.check()?;
+        let files = self.shared.lock().dirty.clone();
+        let result = match self.shared.failpoints.fsync_error(&files) {
+            Some(error) => Err(error),
+            None => sync_files(&files),
+        };
+        if let Err(e) = result {
+            return Err(self.fail_stop(format!("fsync failed: {e}")));
+        }
+        let mut state = self.shared.lock();
+        state.blocked += 1;
+        while state.syncing && state.failure.is_none() && !state.closed {
+            state = self
+                .shared
+                .synced_now
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        state.blocked -= 1;
+        drop(state);
+        self.check()
+    }
+
     /// The ticket of the last write registered.
     pub(crate) fn written(&self) -> u64 {
         self.shared.lock().written

@@ -188,6 +188,9 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
     for (stream, group, id) in &report.dangling {
         tracing::warn!(stream, group, %id, "taking back a failed write dropped group state for an entry not on disk");
     }
+    for (stream, group, id) in &report.uncopied {
+        tracing::warn!(stream, group, %id, "taking back a failed write put back an entry whose retry copy is not on disk: owed again");
+    }
     rebuilt.record_changes(true);
     *engine = rebuilt;
     tracing::warn!(

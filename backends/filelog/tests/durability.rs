@@ -192,6 +192,100 @@ async fn every_truncation_of_the_last_record_reopens_cleanly() {
     }
 }
 
+/// A retry with a copy settles the original in the journal and appends the
+/// copy to the segment; the disk may keep the first write and not the
+/// second (a power failure, with the journal's page written back first).
+/// The original then comes back owed, rather than being lost with its
+/// copy.
+#[tokio::test]
+async fn a_retry_copy_lost_to_a_power_failure_leaves_its_original_owed() {
+    let dir = TempDir::new();
+    let b = common::open_with_jobs_group(&dir.0).await;
+    let id = b.publish("jobs", msg("job")).await.unwrap();
+    let read = b
+        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1))
+        .await
+        .unwrap();
+    assert_eq!(read.deliveries.len(), 1);
+    let segment = segments(&dir.0, "jobs")[0].clone();
+    let durable = fs::metadata(&segment).unwrap().len();
+    assert_eq!(b.retry("jobs", "g1", &[id], Retry::Copy).await.unwrap(), 1);
+    drop(b);
+    // The journal's record reached the disk; the copy did not.
+    OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(durable)
+        .unwrap();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    let pending = b
+        .pending("jobs", "g1", EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(
+        (
+            pending[0].id,
+            pending[0].consumer.clone(),
+            pending[0].times_delivered
+        ),
+        (id, None, 1),
+        "owed again, its delivery counted"
+    );
+    let again = b
+        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert_eq!(again.deliveries.len(), 1);
+    assert_eq!(again.deliveries[0].id(), id);
+}
+
+/// A copy that did reach the disk was all the retry needed: the original
+/// stays settled, and the copy is what the group reads.
+#[tokio::test]
+async fn a_retry_copy_on_disk_keeps_its_original_settled() {
+    let dir = TempDir::new();
+    let b = common::open_with_jobs_group(&dir.0).await;
+    let id = b.publish("jobs", msg("job")).await.unwrap();
+    b.read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1))
+        .await
+        .unwrap();
+    b.retry("jobs", "g1", &[id], Retry::Copy).await.unwrap();
+    drop(b);
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    let again = b
+        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert_eq!(again.deliveries.len(), 1);
+    assert!(again.deliveries[0].id() > id, "the copy, not the original");
+    assert_eq!(again.deliveries[0].delivery_count, 1);
+}
+
+/// A snapshot holds no record of which copy stands for which entry, so
+/// compaction makes what it describes durable before writing it: with a
+/// sync far off and every fsync failing, it fails (and the store stops)
+/// rather than write a snapshot ahead of its entries.
+#[tokio::test]
+async fn compaction_syncs_the_entries_it_describes_before_its_snapshot() {
+    let dir = TempDir::new();
+    let options = FileLogOptions {
+        sync: ruststream_filelog::SyncPolicy::Interval(Duration::from_secs(3600)),
+        ..FileLogOptions::default()
+    };
+    let b = with_jobs_group(FileLogBroker::open_with(&dir.0, options).unwrap()).await;
+    let id = b.publish("jobs", msg("job")).await.unwrap();
+    b.read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1))
+        .await
+        .unwrap();
+    b.retry("jobs", "g1", &[id], Retry::Copy).await.unwrap();
+    b.inject_fsync_failure();
+    let error = b.compact().unwrap_err();
+    assert!(error.to_string().contains("fsync"), "{error}");
+    assert!(b.failure().is_some(), "the store stopped");
+}
+
 #[tokio::test]
 async fn damage_inside_a_file_is_an_error_naming_the_file_and_offset() {
     let dir = TempDir::new();
