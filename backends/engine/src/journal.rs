@@ -291,7 +291,13 @@ impl Engine {
 
     /// Applies one recorded change while rebuilding (recording should be
     /// off). Changes for unknown groups are ignored.
-    pub fn restore(&mut self, change: Change) {
+    ///
+    /// # Errors
+    ///
+    /// A change that cannot be part of any recorded history, such as an
+    /// entry held by a consumer number the group never had: the file it
+    /// came from is damaged (or written by a bug), and the caller names it.
+    pub fn restore(&mut self, change: Change) -> Result<(), String> {
         match change {
             Change::Appended {
                 stream,
@@ -350,21 +356,30 @@ impl Engine {
                     .get_mut(&stream)
                     .and_then(|s| s.groups.get_mut(&group))
                 else {
-                    return;
+                    return Ok(());
                 };
                 for change in changes {
-                    g.apply(change);
+                    g.apply(change)
+                        .map_err(|e| format!("group {group:?} of stream {stream:?}: {e}"))?;
                 }
             }
         }
+        Ok(())
     }
 
-    /// Ends a rebuild: drops pending entries and dead letters whose
-    /// entries are missing (they never became durable), reporting them,
-    /// and puts each group's index of held entries back in time order.
+    /// Ends a rebuild: makes owed again an entry whose retry copy is
+    /// missing ([`GroupChange::Copied`]), drops pending entries and dead
+    /// letters whose entries are missing (they never became durable),
+    /// reporting both, puts each group's index of held entries back in time
+    /// order, and keeps each stream's last id at or past every group's
+    /// cursor (a group may have read entries a power failure took from the
+    /// segments: new ids must not fall behind what it read).
     pub fn finish_restore(&mut self) -> RestoreReport {
         let mut report = RestoreReport::default();
         for (name, s) in &mut self.streams {
+            if let Some(cursor) = s.groups.values().map(|g| g.cursor).max() {
+                s.last_id = s.last_id.max(cursor);
+            }
             for (group, g) in &mut s.groups {
                 // A copy not on disk: its original is owed again. (An
                 // original missing too is dropped below, as dangling.)
@@ -428,7 +443,17 @@ impl Group {
         self.held_by_time = held.into();
     }
 
-    fn apply(&mut self, change: GroupChange) {
+    fn apply(&mut self, change: GroupChange) -> Result<(), String> {
+        let known = |consumer: u32, consumers: &[Consumer]| {
+            if (consumer as usize) < consumers.len() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "consumer number {consumer}, but the group has {} consumers",
+                    consumers.len()
+                ))
+            }
+        };
         match change {
             GroupChange::Consumer { name } => {
                 let ix = u32::try_from(self.consumers.len()).unwrap_or(u32::MAX);
@@ -439,16 +464,19 @@ impl Group {
                     gone: false,
                 });
             }
-            GroupChange::ConsumerGone { consumer } => self.delete_consumer(consumer),
+            GroupChange::ConsumerGone { consumer } => {
+                known(consumer, &self.consumers)?;
+                self.delete_consumer(consumer);
+            }
             GroupChange::Held {
                 id,
                 consumer,
                 times_delivered,
                 since_ms,
             } => {
-                if let Some(c) = self.consumers.get_mut(consumer as usize) {
-                    c.seen_ms = c.seen_ms.max(since_ms);
-                }
+                known(consumer, &self.consumers).map_err(|e| format!("entry {id} held by {e}"))?;
+                let c = &mut self.consumers[consumer as usize];
+                c.seen_ms = c.seen_ms.max(since_ms);
                 self.put_pending(
                     id,
                     Pending {
@@ -508,5 +536,6 @@ impl Group {
             }
             GroupChange::Cursor { cursor } => self.cursor = cursor,
         }
+        Ok(())
     }
 }

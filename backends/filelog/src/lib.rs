@@ -381,6 +381,65 @@ impl Broker for FileLogBroker {
 mod tests {
     use super::*;
 
+    /// A journal record whose checksum holds but whose contents cannot be
+    /// (an entry held by a consumer number the group never had: a bug, or a
+    /// crafted file) is refused on open with the file and offset, not
+    /// accepted to panic later, when the pending list is listed.
+    #[tokio::test]
+    async fn a_journal_record_naming_an_unknown_consumer_is_an_error_naming_the_file() {
+        let dir = std::env::temp_dir().join(format!(
+            "ruststream-unknown-consumer-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        let b = FileLogBroker::open(&dir).unwrap();
+        b.ensure_group("jobs", "g1", ruststream_core::StreamStart::Beginning)
+            .await
+            .unwrap();
+        let id = b
+            .publish("jobs", Message::new(b"x".to_vec()))
+            .await
+            .unwrap();
+        drop(b);
+        let journal = std::fs::read_dir(dir.join("state"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().ends_with(".log"))
+            .unwrap();
+        let offset = std::fs::metadata(&journal).unwrap().len();
+        let bad = ruststream_engine::Change::Group {
+            stream: "jobs".into(),
+            group: "g1".into(),
+            changes: vec![ruststream_engine::GroupChange::Held {
+                id,
+                consumer: 7,
+                times_delivered: 1,
+                since_ms: 0,
+            }],
+        };
+        let mut frame = Vec::new();
+        format::write_changes(&mut frame, std::iter::once(&bad)).unwrap();
+        std::io::Write::write_all(
+            &mut std::fs::OpenOptions::new()
+                .append(true)
+                .open(&journal)
+                .unwrap(),
+            &frame,
+        )
+        .unwrap();
+        let error = FileLogBroker::open(&dir).err().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let text = error.to_string();
+        assert!(
+            text.contains("consumer number 7") && text.contains("g1"),
+            "{text}"
+        );
+        assert!(
+            matches!(&error, BrokerError::Corrupt { path, offset: at, .. } if *path == journal && *at == offset),
+            "{error:?}"
+        );
+    }
+
     #[test]
     fn a_message_at_the_limit_is_accepted_and_one_byte_more_is_not() {
         let at_limit = Message::new(vec![0; MAX_MESSAGE_BYTES - 8]);

@@ -242,7 +242,7 @@ pub(crate) fn load_stream(
 pub(crate) fn replay_snapshot(
     path: &Path,
     access: Access,
-    mut apply: impl FnMut(Change),
+    mut apply: impl FnMut(Change) -> Result<(), String>,
 ) -> BrokerResult<u64> {
     let bytes = read_file(path, format::SNAPSHOT_TAG, access)?;
     let mut applied = 0u64;
@@ -251,7 +251,7 @@ pub(crate) fn replay_snapshot(
         match kind {
             format::KIND_CHANGES => {
                 for change in format::read_changes(body)? {
-                    apply(change);
+                    apply(change)?;
                     applied += 1;
                 }
             }
@@ -275,7 +275,7 @@ pub(crate) fn replay_snapshot(
 pub(crate) fn replay_journal(
     path: &Path,
     access: Access,
-    mut apply: impl FnMut(Change),
+    mut apply: impl FnMut(Change) -> Result<(), String>,
 ) -> BrokerResult<u64> {
     let bytes = read_file(path, format::JOURNAL_TAG, access)?;
     walk_frames(path, &bytes, access.appended_tail(), |kind, body, _| {
@@ -283,7 +283,7 @@ pub(crate) fn replay_journal(
             return Err(format!("record kind {kind} in a journal"));
         }
         for change in format::read_changes(body)? {
-            apply(change);
+            apply(change)?;
         }
         Ok(())
     })
@@ -405,7 +405,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
     let mut snapshot_bytes = 0;
     let mut apply = |change: Change| {
         track_trims(&mut trims, &change);
-        engine.restore(change);
+        engine.restore(change)
     };
     if snapshot.exists() {
         snapshot_bytes = replay_snapshot(&snapshot, access, &mut apply)?;

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use ruststream_core::{BrokerResult, EntryId};
+use ruststream_core::{BrokerError, BrokerResult, EntryId};
 use ruststream_engine::{Change, CopyOf, Engine};
 
 use crate::recover::{Access, cache_limit, load_stream, replay_journal, replay_snapshot};
@@ -103,7 +103,7 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
             .filter(|piece| !piece.is_empty())
         {
             from = piece.last().map_or(EntryId::MAX, |e| e.id.next());
-            restore_piece(&mut rebuilt, engine, name, undo, piece);
+            restore_piece(&mut rebuilt, engine, name, undo, piece)?;
             if from == EntryId::MAX {
                 break;
             }
@@ -137,7 +137,7 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
         // The call's streams get their last id below.
         let last_id_of_call = matches!(change, Change::LastId { .. }) && plan.get(stream).is_some();
         if !last_id_of_call && !from_disk_or_new.contains(&stream) {
-            rebuilt.restore(change.clone());
+            restore_own(&mut rebuilt, change.clone())?;
         }
     }
 
@@ -151,8 +151,9 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
     if !journaled.is_empty() {
         let mut apply = |change: Change| {
             if journaled.contains(&change_stream(&change)) {
-                rebuilt.restore(change);
+                rebuilt.restore(change)?;
             }
+            Ok(())
         };
         let snapshot_file = snapshot_path(&store.state_dir(), store.journal.generation);
         if snapshot_file.exists() {
@@ -162,26 +163,24 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
     }
 
     // The call's streams go back to the last id on disk (the ids of the
-    // call were never shown), never behind a group's cursor.
+    // call were never shown), never behind a group's cursor
+    // (`Engine::finish_restore` sees to that).
     for (name, undo) in &plan.streams {
-        let info = rebuilt.stream_info(name);
-        if info.is_none() && !undo.had_files {
+        if rebuilt.stream_info(name).is_none() && !undo.had_files {
             continue;
         }
-        let mut last = store
+        let last = store
             .streams
             .get(name)
             .and_then(|files| files.segments.iter().rev().find_map(|s| s.last))
             .unwrap_or(EntryId::ZERO);
-        for group in info.iter().flat_map(|i| &i.groups) {
-            if let Ok(group) = rebuilt.group_info(name, group) {
-                last = last.max(group.last_delivered);
-            }
-        }
-        rebuilt.restore(Change::LastId {
-            stream: name.clone(),
-            id: last,
-        });
+        restore_own(
+            &mut rebuilt,
+            Change::LastId {
+                stream: name.clone(),
+                id: last,
+            },
+        )?;
     }
 
     let report = rebuilt.finish_restore();
@@ -212,7 +211,7 @@ fn restore_piece(
     name: &str,
     undo: Option<&StreamUndo>,
     piece: Vec<ruststream_core::Entry>,
-) {
+) -> BrokerResult<()> {
     for entry in piece {
         if undo.is_some_and(|u| u.appended.binary_search(&entry.id).is_ok()) {
             continue;
@@ -223,11 +222,28 @@ fn restore_piece(
                 times_delivered: c.times_delivered,
             })
         });
-        rebuilt.restore(Change::Appended {
-            stream: name.to_owned(),
-            id: entry.id,
-            message: entry.message,
-            copy,
-        });
+        restore_own(
+            rebuilt,
+            Change::Appended {
+                stream: name.to_owned(),
+                id: entry.id,
+                message: entry.message,
+                copy,
+            },
+        )?;
     }
+    Ok(())
+}
+
+/// Replays a change of the broker's own state (from memory, not a file):
+/// one that does not replay is a bug, reported as the broker's error.
+fn restore_own(engine: &mut Engine, change: Change) -> BrokerResult<()> {
+    engine
+        .restore(change)
+        .map_err(|detail| BrokerError::Backend {
+            broker: "file log",
+            detail: format!(
+                "taking back a failed write: the broker's own state does not replay: {detail}"
+            ),
+        })
 }

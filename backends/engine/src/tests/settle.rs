@@ -343,7 +343,7 @@ fn a_refreshed_claim_survives_a_rebuild_from_the_journal() {
     e.extend_claim(S, G, "a", &all, T0 + 200).unwrap();
     let mut rebuilt = Engine::new();
     for change in e.take_changes() {
-        rebuilt.restore(change);
+        rebuilt.restore(change).unwrap();
     }
     assert!(rebuilt.finish_restore().dangling.is_empty());
     let p = pending_entry(&rebuilt, all[0], T0 + 250);
