@@ -152,11 +152,18 @@ pub(crate) fn read_frame(bytes: &[u8]) -> Frame<'_> {
     }
 }
 
-/// Whether a valid frame starts anywhere in `bytes`: after a bad frame, that
-/// means corruption in the middle of a file rather than a torn tail.
-pub(crate) fn valid_frame_after(bytes: &[u8]) -> Option<usize> {
+/// Where in `bytes` (after its first byte) a valid frame starts that
+/// `follows` accepts as one the file could hold next: after a bad frame,
+/// that means damage in the middle of the file rather than a torn tail. A
+/// frame that does not follow is taken for bytes of the torn record's own
+/// payload (a payload may hold anything, records included).
+pub(crate) fn valid_frame_after(
+    bytes: &[u8],
+    follows: impl Fn(u8, &[u8]) -> bool,
+) -> Option<usize> {
     (1..bytes.len()).find(|&at| {
-        bytes[at] == FRAME_MAGIC && matches!(read_frame(&bytes[at..]), Frame::Ok { .. })
+        bytes[at] == FRAME_MAGIC
+            && matches!(read_frame(&bytes[at..]), Frame::Ok { kind, body, .. } if follows(kind, body))
     })
 }
 

@@ -59,7 +59,9 @@
 //! - **Recovery.** Every record is framed with its length and a CRC-32. A
 //!   record cut short at the end of a file (a crash mid-write) is truncated
 //!   on open and logged; damage inside a file is an error naming the file
-//!   and offset, never a silent skip.
+//!   and offset, never a silent skip. What tells them apart is a valid
+//!   record after the bad one: in a segment, an entry whose id could come
+//!   next (a torn message may carry records of its own in its payload).
 //! - **One owner.** An exclusive lock on the directory: a second process
 //!   gets [`ruststream_core::BrokerError::InUse`] with the holder's pid.
 //! - **Retention** deletes whole segments by size or age, never one holding

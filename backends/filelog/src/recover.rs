@@ -88,14 +88,16 @@ fn read_file_into(
 
 /// Walks the frames of a file after its header. A bad frame followed by
 /// nothing valid is a torn tail: the file is truncated there (logged). A bad
-/// frame followed by valid ones is corruption: an error naming the file and
-/// offset. `tail` says what a torn tail does. Returns the file's length
+/// frame followed by a valid one that `follows` accepts (see
+/// [`format::valid_frame_after`]) is corruption: an error naming the file
+/// and offset. `tail` says what a torn tail does. Returns the file's length
 /// once repaired (or, read-only, the length of what was read).
 fn walk_frames(
     path: &Path,
     bytes: &[u8],
     tail: Tail,
     mut on_frame: impl FnMut(u8, &[u8], u64) -> Result<(), String>,
+    follows: impl Fn(u8, &[u8]) -> bool,
 ) -> BrokerResult<u64> {
     let mut at = format::FILE_HEADER_LEN;
     loop {
@@ -107,7 +109,7 @@ fn walk_frames(
                 at += len;
             }
             Frame::Bad(reason) => {
-                if let Some(next) = format::valid_frame_after(&bytes[at..]) {
+                if let Some(next) = format::valid_frame_after(&bytes[at..], &follows) {
                     return Err(corrupt(
                         path,
                         at as u64,
@@ -196,7 +198,7 @@ pub(crate) fn load_stream(
     }
     names.sort();
     let mut segments = Vec::with_capacity(names.len());
-    let mut last_id = EntryId::ZERO;
+    let last_id = std::cell::Cell::new(EntryId::ZERO);
     let mut count = 0;
     let mut keys = Vec::new();
     let mut bytes = Vec::new();
@@ -213,16 +215,24 @@ pub(crate) fn load_stream(
                     return Err(format!("record kind {kind} in a segment, expected entries"));
                 }
                 let (id, copy) = format::read_entry_key(body)?;
-                if id <= last_id || id < first {
+                if id <= last_id.get() || id < first {
                     return Err(format!(
-                        "entry id {id} does not follow {last_id} (segment starts at {first})"
+                        "entry id {id} does not follow {} (segment starts at {first})",
+                        last_id.get()
                     ));
                 }
-                last_id = id;
+                last_id.set(id);
                 last = Some(id);
                 index_entry(&mut index, id, offset);
                 keys.push((id, copy));
                 Ok(())
+            },
+            // Only an entry that could come next shows damage: a torn
+            // entry's payload may hold records of its own (a segment's bytes
+            // forwarded as a message), with ids of their own.
+            |kind, body| {
+                kind == format::KIND_ENTRY
+                    && format::entry_id(body).is_ok_and(|id| id > last_id.get())
             },
         )?;
         count += keys.len() as u64;
@@ -247,19 +257,25 @@ pub(crate) fn replay_snapshot(
     let bytes = read_file(path, format::SNAPSHOT_TAG, access)?;
     let mut applied = 0u64;
     let mut ended = None;
-    walk_frames(path, &bytes, Tail::Refuse, |kind, body, _| {
-        match kind {
-            format::KIND_CHANGES => {
-                for change in format::read_changes(body)? {
-                    apply(change)?;
-                    applied += 1;
+    walk_frames(
+        path,
+        &bytes,
+        Tail::Refuse,
+        |kind, body, _| {
+            match kind {
+                format::KIND_CHANGES => {
+                    for change in format::read_changes(body)? {
+                        apply(change)?;
+                        applied += 1;
+                    }
                 }
+                format::KIND_SNAPSHOT_END => ended = Some(format::read_snapshot_end(body)?),
+                other => return Err(format!("record kind {other} in a snapshot")),
             }
-            format::KIND_SNAPSHOT_END => ended = Some(format::read_snapshot_end(body)?),
-            other => return Err(format!("record kind {other} in a snapshot")),
-        }
-        Ok(())
-    })?;
+            Ok(())
+        },
+        |_, _| true,
+    )?;
     if ended != Some(applied) {
         return Err(corrupt(
             path,
@@ -278,15 +294,24 @@ pub(crate) fn replay_journal(
     mut apply: impl FnMut(Change) -> Result<(), String>,
 ) -> BrokerResult<u64> {
     let bytes = read_file(path, format::JOURNAL_TAG, access)?;
-    walk_frames(path, &bytes, access.appended_tail(), |kind, body, _| {
-        if kind != format::KIND_CHANGES {
-            return Err(format!("record kind {kind} in a journal"));
-        }
-        for change in format::read_changes(body)? {
-            apply(change)?;
-        }
-        Ok(())
-    })
+    walk_frames(
+        path,
+        &bytes,
+        access.appended_tail(),
+        |kind, body, _| {
+            if kind != format::KIND_CHANGES {
+                return Err(format!("record kind {kind} in a journal"));
+            }
+            for change in format::read_changes(body)? {
+                apply(change)?;
+            }
+            Ok(())
+        },
+        // Any valid record: a journal holds no messages. (A dead letter's
+        // reason is the one thing in it a user writes: a torn record whose
+        // reason holds a record is refused as damage.)
+        |_, _| true,
+    )
 }
 
 /// Warns if `dir` exists and lets users other than its owner in. Only the

@@ -286,6 +286,36 @@ async fn compaction_syncs_the_entries_it_describes_before_its_snapshot() {
     assert!(b.failure().is_some(), "the store stopped");
 }
 
+/// A message may carry records of its own: here the bytes of the stream's
+/// own segment, forwarded as a payload. A crash that tears that message
+/// leaves valid records inside the torn tail; they are the payload's, not
+/// entries that follow (their ids do not come after the last entry), so
+/// the tail is truncated rather than refused as damage.
+#[tokio::test]
+async fn a_torn_message_carrying_records_of_its_own_is_truncated() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    let first = b.publish("jobs", msg("first")).await.unwrap();
+    let segment = segments(&dir.0, "jobs")[0].clone();
+    let mut payload = fs::read(&segment).unwrap();
+    payload.extend_from_slice(&[0; 200]);
+    b.publish("jobs", Message::new(payload)).await.unwrap();
+    drop(b);
+    let len = fs::metadata(&segment).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(len - 100)
+        .unwrap();
+    let b = FileLogBroker::open(&dir.0).unwrap_or_else(|e| panic!("a torn tail reopens: {e}"));
+    let all = b
+        .range("jobs", EntryId::ZERO, EntryId::MAX, 10)
+        .await
+        .unwrap();
+    assert_eq!(all.iter().map(|e| e.id).collect::<Vec<_>>(), [first]);
+}
+
 #[tokio::test]
 async fn damage_inside_a_file_is_an_error_naming_the_file_and_offset() {
     let dir = TempDir::new();
