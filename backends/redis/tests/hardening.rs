@@ -17,7 +17,7 @@ use ruststream_core::{
     StreamStart, Trim,
 };
 use ruststream_redis::{ORIGINAL_ID_HEADER, RedisBroker};
-use support::{raw, unique, url, xpending, xrange};
+use support::{ensure_groups, raw, unique, url, xpending, xrange};
 
 const G: &str = "g";
 
@@ -903,4 +903,141 @@ async fn an_own_pending_page_of_trimmed_entries_does_not_end_the_list() {
         .await
         .unwrap();
     assert_eq!(delivered(&page), kept, "paged on past the trimmed entries");
+}
+
+// ---- a read whose reply was lost, its strays handed back -----------------------------
+
+/// What a read's lost reply leaves: the server ran `XREADGROUP` (the
+/// entries are pending under `consumer`) and the caller never saw them.
+async fn read_lost(s: &str, consumer: &str) {
+    let mut conn = raw(0).await;
+    let _: Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(G)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(10)
+        .arg("STREAMS")
+        .arg(s)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// What the runtime does after a failed read: hands back, owed at once,
+/// what is pending under the consumer (it holds nothing here).
+async fn hand_back_strays(broker: &RedisBroker, s: &str, consumer: &str) -> Vec<EntryId> {
+    let strays: Vec<EntryId> = broker
+        .pending(s, G, EntryId::ZERO, 100, Some(consumer))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|p| p.consumer.is_some())
+        .map(|p| p.id)
+        .collect();
+    broker
+        .retry(s, G, &strays, Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
+    strays
+}
+
+/// Another group's retry copy that a lost read left pending here, handed
+/// back, is passed over (acked), as a read passes it over: never handed to
+/// this group, which had acked the original.
+#[tokio::test]
+async fn another_groups_retry_copy_handed_back_here_is_passed_over() {
+    let broker = RedisBroker::standalone(url());
+    let s = unique("foreign-stray");
+    ensure_groups(&broker, &s, &[G, "h"], StreamStart::Beginning).await;
+    let e = broker
+        .publish(&s, Message::new(b"e".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(new_read(&broker, &s, "c", 10).await, [e]);
+    broker.ack(&s, G, &[e]).await.unwrap();
+    let h = broker
+        .read(ReadRequest::new(&s, "h", "x", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert_eq!(h.deliveries.len(), 1);
+    broker.retry(&s, "h", &[e], Retry::Copy).await.unwrap();
+    read_lost(&s, "c").await;
+    assert_eq!(hand_back_strays(&broker, &s, "c").await.len(), 1);
+    assert!(new_read(&broker, &s, "c", 10).await.is_empty());
+    assert!(pending_ids(&broker, &s).await.is_empty());
+}
+
+/// A retry copy of this group's own that a lost read left pending counts
+/// from its original's deliveries when handed back: `max_deliveries` still
+/// ends it.
+#[tokio::test]
+async fn an_own_retry_copy_handed_back_after_a_lost_read_keeps_its_count() {
+    let broker = RedisBroker::standalone(url());
+    let s = unique("own-stray");
+    ensure_groups(&broker, &s, &[G], StreamStart::Beginning).await;
+    broker
+        .publish(&s, Message::new(b"e".to_vec()))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let id = new_read(&broker, &s, "c", 10).await[0];
+        broker.retry(&s, G, &[id], Retry::Copy).await.unwrap();
+    }
+    // The third delivery, lost.
+    read_lost(&s, "c").await;
+    assert_eq!(hand_back_strays(&broker, &s, "c").await.len(), 1);
+    let mut request = ReadRequest::new(&s, G, "c", ReadMode::New, 10);
+    request.max_deliveries = Some(3);
+    let batch = broker.read(request).await.unwrap();
+    let counts: Vec<u32> = batch.deliveries.iter().map(|d| d.delivery_count).collect();
+    assert!(
+        batch.deliveries.is_empty() && batch.dead_lettered.len() == 1,
+        "delivered three times: dead-lettered, not handed out with counts {counts:?}"
+    );
+}
+
+/// The owed-entries step of a `new` read failing fails the read: the step
+/// may have run with its reply lost, leaving the owed entries it took
+/// pending under the consumer, never handed out; a failed read is what
+/// makes the caller look at its own pending list (the runtime's re-check).
+#[tokio::test]
+async fn an_owed_step_that_fails_fails_the_read() {
+    let broker = RedisBroker::standalone(url());
+    let s = unique("owed-fails");
+    ensure_groups(&broker, &s, &[G], StreamStart::Beginning).await;
+    let e1 = broker
+        .publish(&s, Message::new(b"e1".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(new_read(&broker, &s, "c", 10).await, [e1]);
+    broker
+        .retry(&s, G, &[e1], Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
+    let e2 = broker
+        .publish(&s, Message::new(b"e2".to_vec()))
+        .await
+        .unwrap();
+    // The owed step refuses to run on a side key of the wrong type.
+    let mut conn = raw(0).await;
+    let owed = format!("rs:{{{s}}}:owed:{G}");
+    let _: () = redis::cmd("SET")
+        .arg(&owed)
+        .arg("not a hash")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let read = broker
+        .read(ReadRequest::new(&s, G, "c", ReadMode::New, 10))
+        .await;
+    assert!(read.is_err(), "{read:?}");
+    let _: () = redis::cmd("DEL")
+        .arg(&owed)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Nothing lost: what the read took is pending under the consumer.
+    assert!(pending_ids(&broker, &s).await.contains(&e2));
 }

@@ -262,16 +262,15 @@ pub(super) async fn finish_new(
     if next_due_ms.is_some_and(|due| due <= now_ms) {
         // Owed entries are due: they go first. The new entries read
         // beside them that leave no room are handed back below.
-        match read_script(broker, req, true).await {
-            Ok(owed) => {
-                read.deliveries = owed.deliveries;
-                read.dead_lettered = owed.dead_lettered;
-                read.next_due_ms = owed.next_due_ms;
-            }
-            Err(e) => {
-                tracing::error!(stream = req.stream, group = req.group, error = %e, "owed entries not read");
-            }
-        }
+        // A failure fails the read: the script may have run and its reply
+        // been lost, leaving the owed entries it took pending under this
+        // consumer, never handed out. The caller's look at its own pending
+        // list after a failed read (the runtime's re-check) hands them back,
+        // with the new entries read beside them.
+        let owed = read_script(broker, req, true).await?;
+        read.deliveries = owed.deliveries;
+        read.dead_lettered = owed.dead_lettered;
+        read.next_due_ms = owed.next_due_ms;
     }
     let raw = codec::into_stream_entries(new);
     if raw.len() >= req.count {

@@ -205,6 +205,18 @@ local function delivered(stream, group, owed_key, id)
   return owed_record(owed_key, id), nil
 end
 
+-- How many times the group delivered `id`, a pending entry of `fields`
+-- counted `times` times by the server. A retry copy of the group's own is
+-- counted from the deliveries its original had (`rs:count`): a read that
+-- hands one out sets its count so (post.lua's `fix`), but a read whose
+-- reply was lost never got that far, and its count started again at 1.
+local function own_count(group, fields, times)
+  if copy_group(fields) == group and times <= carried(fields) then
+    return times + carried(fields)
+  end
+  return times
+end
+
 -- The ids in ARGV from `first` on, each once: a call may name an id twice,
 -- and must settle it once.
 local function distinct_ids(first)

@@ -199,7 +199,12 @@ if MODE ~= 'own' then
         if got.err then
           set_aside(member, id, times, got.err)
         else
-          if got[1] and got[1][2] then
+          local group = got[1] and got[1][2] and copy_group(got[1][2])
+          if group and group ~= G then
+            -- Another group's retry copy, owed here by mistake (a lost
+            -- read's strays handed back): passed over, as a read does.
+            foreign[#foreign + 1] = id
+          elseif got[1] and got[1][2] then
             out[#out + 1] = { id, got[1][2], times, now - since }
           else
             dropped[#dropped + 1] = id

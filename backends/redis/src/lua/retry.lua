@@ -28,10 +28,20 @@ if failure then
 end
 local now = now_ms()
 
--- Reads: who holds each id, its count, and (copy) its fields.
+-- Reads: who holds each id, its count, and its fields. Another group's
+-- retry copy held here (a lost read's stray, handed back) is passed over:
+-- acked, as a read passes it over, never owed or copied for this group.
 local plans = delivered_plans(S, G, OWED, first, function(plan)
+  local e = redis.call('XRANGE', S, plan.id, plan.id)[1]
+  local group = e and copy_group(e[2])
+  if group and group ~= G then
+    plan.foreign = true
+    return
+  end
+  if e and plan.held then
+    plan.times = own_count(G, e[2], plan.times)
+  end
   if HOW == 'copy' then
-    local e = redis.call('XRANGE', S, plan.id, plan.id)[1]
     if e then
       plan.fields = copy_fields(G, plan.times, original_of(plan.id, e[2]), e[2])
     else
@@ -46,9 +56,13 @@ end
 
 -- Writes: the copy first, then the original leaves the pending list.
 local dropped = {}
+local passed = 0
 local written, used = write_plans(plans, function(plan)
   local id = plan.id
-  if HOW == 'copy' then
+  if plan.foreign then
+    release(S, G, DUE, OWED, id, plan.held)
+    passed = passed + 1
+  elseif HOW == 'copy' then
     if plan.fields and not plan.appended then
       redis.call('XADD', S, '*', unpack(plan.fields))
     end
@@ -63,7 +77,7 @@ local written, used = write_plans(plans, function(plan)
     owe(DUE, OWED, id, now + DELAY, plan.times, now)
   end
 end)
-local n = written - #dropped
+local n = written - #dropped - passed
 drop_unused(S, pre_all, used)
 if HOW == 'after' and n > 0 then
   wake(WAKE, now)
