@@ -73,6 +73,9 @@ enum Wake {
     Read(ReadWake),
     /// An entry held on its lane after a retry is due to run again.
     Due,
+    /// Entries joined a batch still gathering: they no longer count
+    /// against the read window, so a read the window held back may go out.
+    Parked,
     /// Time to refresh the claims on the entries the lanes hold.
     KeepAlive,
     /// Shutdown was asked for.
@@ -199,7 +202,8 @@ where
                 Wake::Read(ReadWake::Read(result)) => self.on_read(result).await,
                 Wake::Read(ReadWake::Looked(result)) => self.reader.looked(result),
                 Wake::Read(ReadWake::BackedOff | ReadWake::Settled | ReadWake::LookDue)
-                | Wake::Due => {}
+                | Wake::Due
+                | Wake::Parked => {}
                 Wake::KeepAlive => self.keep_alive.refresh(self.lanes.holding()),
                 Wake::Stop => self.on_stop(),
                 Wake::Deadline => self.on_deadline(),
@@ -269,6 +273,7 @@ where
         // next turn of the loop sees the stop and hands its entries back.
         // Looked at once a poll (a look costs about 24 instructions).
         let stop_asked = !*stopping && shutdown_seen(peek);
+        let parked = pipeline.env.counters.held();
         // Poll in rounds: every occupied lane first, then, while handlers
         // finish, only the lanes that started a new handler in the round
         // before. Lanes take turns, so handlers that finish without waiting
@@ -320,6 +325,12 @@ where
         }
         if progress {
             return Poll::Ready(Wake::Progress { total, longest });
+        }
+        // Handlers that joined a gathering batch finish nothing, but free
+        // room in the read window: the loop looks at reading again (else
+        // the batch would fill only once something else woke the task).
+        if pipeline.env.counters.held() > parked {
+            return Poll::Ready(Wake::Parked);
         }
         let mut due = false;
         for lane in &mut lanes.lanes {

@@ -137,7 +137,8 @@ macro_rules! batch_scenario_tests {
             per_entry_outcomes,
             length_mismatch_retries_the_batch,
             undecodable_entry_is_dead_lettered_alone,
-            wait_flushes_a_partial_batch
+            wait_flushes_a_partial_batch,
+            a_filling_batch_keeps_reading
         );
     };
     (@each #[$test:meta] $broker:expr; $($name:ident),+) => {
@@ -368,6 +369,47 @@ pub async fn undecodable_entry_is_dead_lettered_alone<B: Broker + Clone>(broker:
         .filter(|(_, s)| *s == Settlement::Acked)
         .count();
     assert_eq!(acked, 2);
+    app.shutdown().await;
+}
+
+// ---- a batch still gathering keeps reading until it is full ---------------
+
+static FILLING: Batches = Mutex::new(Vec::new());
+
+#[subscriber(
+    RedisStream::new(stream("filling")).group(GROUP).start_id(StreamStart::Beginning),
+    batch(max = 10, wait = 1h)
+)]
+async fn filling(jobs: Vec<Job>) {
+    record(&FILLING, &jobs);
+}
+
+/// Six entries of a batch of ten, then four more: entries gathering do not
+/// count against the read window, so the subscription reads on and the
+/// batch runs once the tenth arrives, not at its wait (an hour) nor at the
+/// next keep-alive tick (5 s).
+pub async fn a_filling_batch_keeps_reading<B: Broker + Clone>(broker: B) {
+    let stream = stream("filling");
+    publish(&broker, &stream, 0..6).await;
+    let observer = Arc::new(Settled::default());
+    let app = start(&broker, &observer, filling).await;
+    until("six entries read, gathering", async || {
+        broker.group_info(&stream, GROUP).await.unwrap().pending == 6
+    })
+    .await;
+    assert!(ran(&FILLING).is_empty(), "six of ten: still gathering");
+    publish(&broker, &stream, 6..10).await;
+    let published = Instant::now();
+    until("the batch of ten ran", async || handled(&FILLING) == 10).await;
+    let batches = ran(&FILLING);
+    assert_eq!(batches.len(), 1, "{batches:?}");
+    assert_eq!(batches[0].0, (0..10).collect::<Vec<u64>>());
+    let after = batches[0].1 - published;
+    assert!(
+        after < Duration::from_secs(1),
+        "the full batch ran {after:?} after its tenth entry was published"
+    );
+    until_settled(&broker, &stream).await;
     app.shutdown().await;
 }
 
