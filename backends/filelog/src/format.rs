@@ -118,37 +118,63 @@ pub(crate) fn read_frame(bytes: &[u8]) -> Frame<'_> {
     if bytes.is_empty() {
         return Frame::End;
     }
+    match frame_parts(bytes) {
+        Err(unframed) => Frame::Bad(unframed.reason()),
+        Ok((kind, body, crc)) if checksum(kind, body) == crc => Frame::Ok {
+            kind,
+            body,
+            len: FRAME_HEADER_LEN + body.len(),
+        },
+        Ok(_) => Frame::Bad("checksum mismatch".to_owned()),
+    }
+}
+
+/// Why the bytes at some offset hold no whole frame (before the checksum
+/// is looked at).
+enum Unframed {
+    /// Fewer bytes than a header.
+    Short(usize),
+    /// The marker byte is not [`FRAME_MAGIC`].
+    Marker(u8),
+    /// The length is over [`MAX_FRAME_BODY`].
+    TooLong(usize),
+    /// The body runs past the end: its length, and the bytes there are.
+    CutShort(usize, usize),
+}
+
+impl Unframed {
+    fn reason(&self) -> String {
+        match self {
+            Unframed::Short(n) => format!("{n} bytes, shorter than a record header"),
+            Unframed::Marker(m) => {
+                format!("record marker is {m:#04x}, expected {FRAME_MAGIC:#04x}")
+            }
+            Unframed::TooLong(len) => format!("record length {len} is over the limit"),
+            Unframed::CutShort(len, have) => {
+                format!("record of {len} bytes cut short at {have} bytes")
+            }
+        }
+    }
+}
+
+/// The kind, body and claimed checksum of the frame at the start of
+/// `bytes`, checksum unchecked.
+fn frame_parts(bytes: &[u8]) -> Result<(u8, &[u8], u32), Unframed> {
     if bytes.len() < FRAME_HEADER_LEN {
-        return Frame::Bad(format!(
-            "{} bytes, shorter than a record header",
-            bytes.len()
-        ));
+        return Err(Unframed::Short(bytes.len()));
     }
     if bytes[0] != FRAME_MAGIC {
-        return Frame::Bad(format!(
-            "record marker is {:#04x}, expected {FRAME_MAGIC:#04x}",
-            bytes[0]
-        ));
+        return Err(Unframed::Marker(bytes[0]));
     }
     let kind = bytes[1];
     let len = u32::from_le_bytes([bytes[2], bytes[3], bytes[4], bytes[5]]) as usize;
     if len > MAX_FRAME_BODY {
-        return Frame::Bad(format!("record length {len} is over the limit"));
+        return Err(Unframed::TooLong(len));
     }
     let crc = u32::from_le_bytes([bytes[6], bytes[7], bytes[8], bytes[9]]);
-    let Some(body) = bytes.get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + len) else {
-        return Frame::Bad(format!(
-            "record of {len} bytes cut short at {} bytes",
-            bytes.len() - FRAME_HEADER_LEN
-        ));
-    };
-    if checksum(kind, body) != crc {
-        return Frame::Bad("checksum mismatch".to_owned());
-    }
-    Frame::Ok {
-        kind,
-        body,
-        len: FRAME_HEADER_LEN + len,
+    match bytes.get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + len) {
+        Some(body) => Ok((kind, body, crc)),
+        None => Err(Unframed::CutShort(len, bytes.len() - FRAME_HEADER_LEN)),
     }
 }
 
@@ -156,14 +182,16 @@ pub(crate) fn read_frame(bytes: &[u8]) -> Frame<'_> {
 /// `follows` accepts as one the file could hold next: after a bad frame,
 /// that means damage in the middle of the file rather than a torn tail. A
 /// frame that does not follow is taken for bytes of the torn record's own
-/// payload (a payload may hold anything, records included).
+/// payload (a payload may hold anything, records included). `follows` is
+/// asked before the checksum is computed: most candidates fail it cheaply.
 pub(crate) fn valid_frame_after(
     bytes: &[u8],
     follows: impl Fn(u8, &[u8]) -> bool,
 ) -> Option<usize> {
     (1..bytes.len()).find(|&at| {
         bytes[at] == FRAME_MAGIC
-            && matches!(read_frame(&bytes[at..]), Frame::Ok { kind, body, .. } if follows(kind, body))
+            && frame_parts(&bytes[at..])
+                .is_ok_and(|(kind, body, crc)| follows(kind, body) && checksum(kind, body) == crc)
     })
 }
 
