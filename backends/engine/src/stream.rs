@@ -121,14 +121,20 @@ impl StreamState {
         })
     }
 
-    /// Drops retained entries that no group needs any more.
+    /// Drops retained entries that no group needs any more: not pending
+    /// or dead in any group, and not a retry copy its group has yet to read
+    /// (the ids come from callers, which may name any id).
     pub(crate) fn release(&mut self, ids: impl IntoIterator<Item = EntryId>) {
         if self.retained.is_empty() {
             return;
         }
         let mut released = Vec::new();
         for id in ids {
-            if self.retained.contains_key(&id) && !self.pinned(&id) {
+            let needed = match self.retained.get(&id) {
+                None => continue,
+                Some(stored) => self.pinned(&id) || self.unread_copy(stored),
+            };
+            if !needed {
                 self.retained.remove(&id);
                 released.push(id);
             }

@@ -440,7 +440,11 @@ impl<P: Persistence> LocalBroker<P> {
         let Some(block) = request.block.filter(|_| quiet(&first)) else {
             return Ok(first);
         };
-        let deadline = tokio::time::Instant::now() + block;
+        // A block too long to add to the clock waits for ever (a century).
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(block)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
         let wake = {
             let mut state = self.lock();
             Arc::clone(state.wakeups.entry(request.stream.to_owned()).or_default())

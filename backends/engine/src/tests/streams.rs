@@ -367,3 +367,25 @@ fn restored_entries_hold_no_payload() {
     let id = publish_one(&mut e, "new", T0);
     assert_eq!(e.range(S, id, id, 1)[0].payload(), b"new");
 }
+
+/// A retry copy a trim kept for its group, which has not read it, is the
+/// only record of work still owed: an ack or discard naming its id by a
+/// group that does not hold it changes nothing (an unknown id is a no-op).
+#[test]
+fn an_unread_retry_copy_kept_by_a_trim_survives_acks_of_its_id() {
+    let (mut e, ids) = setup_two_groups(StreamStart::Beginning, 1);
+    let r1 = ReadRequest::new(S, "g1", "c", ReadMode::New, 10);
+    assert_eq!(e.read(&r1, T0).unwrap().deliveries.len(), 1);
+    let copy = e.retry_copy(S, "g1", &[ids[0]], T0).unwrap()[0]
+        .copy
+        .unwrap();
+    e.trim(S, Trim::MaxLen(0)).unwrap();
+    assert_eq!(e.stream_len(S), Some(1), "the unread copy is kept");
+    assert_eq!(e.ack(S, "g2", &[copy]).unwrap(), 0);
+    assert_eq!(e.ack(S, "g1", &[copy]).unwrap(), 0, "not pending: a no-op");
+    assert_eq!(e.discard(S, "g2", &[copy]).unwrap(), 0);
+    let again = e.read(&r1, T0 + 1).unwrap();
+    let got: Vec<EntryId> = again.deliveries.iter().map(|d| d.entry.id).collect();
+    assert_eq!(got, [copy], "g1's retry copy is still there to read");
+}
+
