@@ -36,6 +36,9 @@ struct Flaky {
     /// Makes the next non-empty read lose its reply: the entries are
     /// handed out at the broker, and the caller gets an error.
     lose_next_read: Arc<AtomicBool>,
+    /// Makes the next ordinary read time out (6 s, then an error), not
+    /// applied at the broker.
+    time_out_next_read: Arc<AtomicBool>,
     /// What `failure` reports: a broker that stopped taking writes.
     stopped: Arc<std::sync::Mutex<Option<String>>>,
 }
@@ -74,6 +77,14 @@ macro_rules! confirmed_settle {
 impl Broker for Flaky {
     fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
         Box::pin(async move {
+            let own = matches!(request.mode, ReadMode::OwnPending { .. });
+            if !own && self.time_out_next_read.swap(false, Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                return Err(BrokerError::Connection {
+                    broker: "flaky",
+                    detail: "injected: timed out".into(),
+                });
+            }
             let batch = self.inner.read(request).await?;
             if !batch.is_empty() && self.lose_next_read.swap(false, Ordering::SeqCst) {
                 return Err(BrokerError::Connection {
@@ -221,7 +232,9 @@ async fn a_lost_read_on_a_claiming_subscription_keeps_by_key_order() {
         "the read was lost"
     );
     publish_keyed(&flaky.inner, "lost-keyed", &[(3, "a")]).await;
-    advance(Duration::from_millis(100), 20).await;
+    // The re-check lists twice, one and a half refresh intervals apart
+    // (5 s here), reading nothing meanwhile.
+    advance(Duration::from_secs(1), 10).await;
     assert_eq!(*LOST_KEYED.lock().unwrap(), [1, 2, 3], "key a in order");
     assert_eq!(pending(&flaky.inner, "lost-keyed").await, 0);
     app.shutdown().await;
@@ -264,6 +277,69 @@ async fn the_recheck_after_a_lost_read_leaves_a_claiming_retry_to_its_idle_time(
     advance(Duration::from_secs(30), 4).await;
     assert_eq!(*LEFT.lock().unwrap(), [(0, 0), (1, 1), (0, 1)]);
     assert_eq!(pending(&flaky.inner, "left").await, 0);
+    app.shutdown().await;
+}
+
+static TWIN_SEEN: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+#[subscriber(
+    RedisStream::claiming("twin-claim", Duration::from_secs(30)).group("g").consumer("twin-name"),
+)]
+async fn twin_claim(job: &Job) {
+    TWIN_SEEN.lock().unwrap().push(job.n);
+}
+
+/// Another live process runs entries under this subscription's consumer
+/// name and keeps their claims fresh. After a failed read, the re-check of
+/// a claiming subscription hands back only entries nobody refreshes: the
+/// twin's are left to it, whether or not the last look saw the twin.
+#[tokio::test(start_paused = true)]
+async fn the_recheck_of_a_claiming_subscription_leaves_a_live_twins_entries() {
+    let flaky = Flaky::default();
+    flaky
+        .inner
+        .ensure_group("twin-claim", "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    publish_jobs(&flaky.inner, "twin-claim", 0..3).await;
+    let held: Vec<EntryId> = flaky
+        .inner
+        .read(ReadRequest::new(
+            "twin-claim",
+            "g",
+            "twin-name",
+            ReadMode::New,
+            3,
+        ))
+        .await
+        .unwrap()
+        .deliveries
+        .iter()
+        .map(|d| d.id())
+        .collect();
+    // The twin refreshes its claims every 5 s, as a subscription does.
+    let refresher = {
+        let inner = flaky.inner.clone();
+        tokio::spawn(async move {
+            loop {
+                inner
+                    .extend_claim("twin-claim", "g", "twin-name", &held)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        })
+    };
+    let app = start_one_named("test", flaky.clone(), twin_claim).await;
+    advance(Duration::from_secs(1), 23).await;
+    flaky.time_out_next_read.store(true, Ordering::SeqCst);
+    advance(Duration::from_secs(1), 30).await;
+    refresher.abort();
+    assert!(
+        TWIN_SEEN.lock().unwrap().is_empty(),
+        "a live twin's entries were run here: {:?}",
+        TWIN_SEEN.lock().unwrap()
+    );
     app.shutdown().await;
 }
 

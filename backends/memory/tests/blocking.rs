@@ -16,7 +16,10 @@ async fn a_block_time_too_long_for_the_clock_waits_for_an_entry() {
     let reader = b.clone();
     let read = tokio::spawn(async move {
         let request = ReadRequest::new("s", "g", "c", ReadMode::New, 1).block(Duration::MAX);
-        reader.read(request).await.map(|batch| batch.deliveries.len())
+        reader
+            .read(request)
+            .await
+            .map(|batch| batch.deliveries.len())
     });
     tokio::time::sleep(Duration::from_millis(10)).await;
     b.publish("s", Message::new(b"x".to_vec())).await.unwrap();

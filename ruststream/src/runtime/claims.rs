@@ -45,7 +45,7 @@ pub(super) struct KeepAlive<'a> {
 
 /// How often the subscription refreshes its claims: its keep-alive
 /// interval, and at least [`REFRESHES_PER_MIN_IDLE`] times per `min_idle`.
-fn refresh_every(env: &Env) -> Duration {
+pub(super) fn refresh_every(env: &Env) -> Duration {
     let every = match env.subscription.stream.read_mode() {
         ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } => {
             env.keep_alive.min(min_idle / REFRESHES_PER_MIN_IDLE)

@@ -267,10 +267,48 @@ pub(super) fn look_for_a_twin(
     })
 }
 
+/// The re-check of a claiming or reclaim subscription: hands back the own
+/// pending entries delivered since `sent` (see [`own_strays`]) that nobody
+/// refreshes. Another live process using this consumer name (one not seen
+/// by the last look, or forgotten since: its entries delivered after this
+/// subscription started are not looked at) refreshes the claims of the
+/// entries it runs every keep-alive interval, and they look just like a
+/// lost read's. So the entries are listed twice, more than one interval
+/// apart: one whose idle time grew by the time between the listings was
+/// refreshed by no one, and is a stray. Reads pause meanwhile.
+async fn hand_back_unrefreshed(env: &Env, holding: &[EntryId], sent: Instant) -> BrokerResult<u64> {
+    let first = own_strays(env, holding, Some(sent)).await?;
+    if first.is_empty() {
+        return Ok(0);
+    }
+    let listed = Instant::now();
+    let every = super::claims::refresh_every(env);
+    tokio::time::sleep(every + every / 2).await;
+    let second: std::collections::HashMap<EntryId, u64> = own_strays(env, holding, None)
+        .await?
+        .into_iter()
+        .map(|p| (p.id, p.idle_ms))
+        .collect();
+    let elapsed = u64::try_from(listed.elapsed().as_millis()).unwrap_or(u64::MAX);
+    // A refresh sets the idle time back to 0: within the wait, it lands at
+    // least half an interval before the second listing.
+    let slack = u64::try_from((every / 4).as_millis()).unwrap_or(u64::MAX);
+    let unrefreshed: Vec<EntryId> = first
+        .iter()
+        .filter(|p| {
+            second
+                .get(&p.id)
+                .is_some_and(|idle| idle.saturating_add(slack) >= p.idle_ms.saturating_add(elapsed))
+        })
+        .map(|p| p.id)
+        .collect();
+    hand_back(env, &unrefreshed).await
+}
+
 /// The re-check after a failed read sent at `sent`: hands back the strays
 /// a lost reply left (see [`hand_back_own_strays`]; on a claiming or
-/// reclaim subscription only what was delivered since `sent`), then
-/// resolves to an empty batch, as a read that found nothing.
+/// reclaim subscription, [`hand_back_unrefreshed`]), then resolves to an
+/// empty batch, as a read that found nothing.
 pub(super) fn recheck_after_a_lost_read(
     env: &Env,
     holding: Vec<EntryId>,
@@ -282,8 +320,11 @@ pub(super) fn recheck_after_a_lost_read(
             // them; the next look hands back whatever goes stale.
             return Ok(ReadBatch::default());
         }
-        let since = env.subscription.stream.retries_in_place().then_some(sent);
-        let n = hand_back_own_strays(env, &holding, since).await?;
+        let n = if env.subscription.stream.retries_in_place() {
+            hand_back_unrefreshed(env, &holding, sent).await?
+        } else {
+            hand_back_own_strays(env, &holding, None).await?
+        };
         if n > 0 {
             group_event!(
                 warn,

@@ -388,4 +388,3 @@ fn an_unread_retry_copy_kept_by_a_trim_survives_acks_of_its_id() {
     let got: Vec<EntryId> = again.deliveries.iter().map(|d| d.entry.id).collect();
     assert_eq!(got, [copy], "g1's retry copy is still there to read");
 }
-
