@@ -355,11 +355,13 @@ impl<P: Persistence> LocalBroker<P> {
         let mut wakeups = Vec::new();
         let served = {
             let mut state = self.lock();
+            let now = state.in_order(now);
             let State {
                 engine,
                 persistence,
                 changes,
                 wakeups: readers,
+                ..
             } = &mut *state;
             match persistence.refuses_changes() {
                 Some(refused) => Err(refused),

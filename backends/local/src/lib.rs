@@ -130,11 +130,23 @@ struct State<P> {
     /// One wakeup per stream that a blocking read has waited on (looked up
     /// on every publish once a reader waits: foldhash, not SipHash).
     wakeups: HashMap<String, Arc<Notify>, foldhash::fast::RandomState>,
+    /// The latest time a call gave the engine (see [`State::in_order`]).
+    last_ms: u64,
 }
 
 impl<P: Persistence> State<P> {
     fn wakeup(&self, stream: &str) -> Option<Arc<Notify>> {
         self.wakeups.get(stream).cloned()
+    }
+
+    /// `now_ms`, read before the lock was taken, or the time the call
+    /// before it had if that is later: calls racing for the lock reach the
+    /// engine in another order than they read the clock, and the engine's
+    /// time indexes (delivery times, in order) need times that never go
+    /// back, or an idle entry could be claimed late.
+    fn in_order(&mut self, now_ms: u64) -> u64 {
+        self.last_ms = self.last_ms.max(now_ms);
+        self.last_ms
     }
 }
 
@@ -208,6 +220,7 @@ impl<P: Persistence> LocalBroker<P> {
                     persistence,
                     changes: Vec::new(),
                     wakeups: HashMap::default(),
+                    last_ms: 0,
                 }),
                 combiner: combine::Combiner::new(records),
                 clock,
@@ -266,6 +279,7 @@ impl<P: Persistence> LocalBroker<P> {
         let now = self.shared.clock.now_ms();
         let (out, wakeup) = {
             let mut state = self.lock();
+            let now = state.in_order(now);
             let State {
                 engine,
                 persistence,
@@ -338,6 +352,7 @@ impl<P: Persistence> LocalBroker<P> {
         }
         let now = self.shared.clock.now_ms();
         let mut state = self.lock();
+        let now = state.in_order(now);
         let State {
             engine,
             persistence,
@@ -760,5 +775,42 @@ impl<P: Persistence> Broker for LocalBroker<P> {
             return ready(Err(error));
         }
         self.mutate(stream, Effect::Quiet, |e, _, _| e.trim(stream, trim))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A persistence that keeps nothing.
+    #[derive(Default)]
+    struct Nothing;
+
+    impl Persistence for Nothing {
+        fn name(&self) -> &'static str {
+            "nothing"
+        }
+        fn records(&self) -> bool {
+            false
+        }
+        fn persist(&mut self, changes: &mut Vec<Change>) -> BrokerResult<u64> {
+            changes.clear();
+            Ok(0)
+        }
+        fn check_messages(_stream: &str, _messages: &[Message]) -> BrokerResult<()> {
+            Ok(())
+        }
+    }
+
+    /// Calls read the clock before they take the lock, so they may reach
+    /// the engine out of order: each gets at least the time of the call
+    /// before it, so the engine's times never go back.
+    #[test]
+    fn times_reach_the_engine_in_order() {
+        let b = LocalBroker::<Nothing>::new();
+        let mut state = b.lock();
+        assert_eq!(state.in_order(100), 100);
+        assert_eq!(state.in_order(90), 100, "a call that read the clock earlier");
+        assert_eq!(state.in_order(105), 105);
     }
 }
