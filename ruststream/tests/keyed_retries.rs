@@ -15,8 +15,8 @@ use std::time::Duration;
 use ruststream::prelude::*;
 use ruststream::{ReadMode, ReadRequest, Subscriber};
 use support::{
-    Job, advance, dead_letters, group_info, publish_keyed as publish, settle, start_fresh,
-    stream_len,
+    Job, advance, dead_letters, group_info, publish_jobs, publish_keyed as publish, settle, start,
+    start_fresh, stream_len,
 };
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
@@ -232,6 +232,43 @@ async fn a_slow_handler_keeps_its_claim_and_runs_once() {
     }
     assert_eq!(SLOW_RUNS.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert_eq!(group_info(&broker, "slow", "g").await.pending, 0);
+    app.shutdown().await;
+}
+
+static MIXED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[subscriber(RedisStream::new("mixed").group("g"))]
+async fn mixed_new(_job: &Job) {
+    MIXED_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+}
+
+#[subscriber(RedisStream::reclaim("mixed", Duration::from_secs(3)).group("g"))]
+async fn mixed_reclaim(_job: &Job) {
+    MIXED_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+}
+
+/// A `new` subscription beside a `reclaim` one of the same group, whose
+/// `min_idle` (3 s) is shorter than the keep-alive (5 s): the `new` one
+/// refreshes its claims often enough that its slow entry is not reclaimed
+/// while it runs.
+#[tokio::test(start_paused = true)]
+async fn a_slow_entry_of_a_new_subscription_is_not_reclaimed_by_its_sibling() {
+    let broker = MemoryBroker::new();
+    let app = start(&broker, |b| {
+        b.include(mixed_new);
+        b.include(mixed_reclaim);
+    })
+    .await;
+    advance(Duration::from_secs(1), 1).await;
+    publish_jobs(&broker, "mixed", [1]).await;
+    advance(Duration::from_secs(1), 30).await;
+    assert_eq!(
+        MIXED_RUNS.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "run twice while it ran"
+    );
     app.shutdown().await;
 }
 

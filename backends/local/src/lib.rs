@@ -810,7 +810,11 @@ mod tests {
         let b = LocalBroker::<Nothing>::new();
         let mut state = b.lock();
         assert_eq!(state.in_order(100), 100);
-        assert_eq!(state.in_order(90), 100, "a call that read the clock earlier");
+        assert_eq!(
+            state.in_order(90),
+            100,
+            "a call that read the clock earlier"
+        );
         assert_eq!(state.in_order(105), 105);
     }
 }

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
-use ruststream_core::{Broker, Counts, EntryId, NameKind, check_name};
+use ruststream_core::{Broker, Counts, EntryId, NameKind, ReadMode, check_name};
 use tokio::sync::watch;
 
 use super::{BrokerSetup, INSTANCE_VAR, Included, Runner, RustStream, StartError};
@@ -101,8 +102,27 @@ impl RustStream {
         if self.group_metrics || self.admin.is_some() {
             tasks.push(tokio::spawn(group_poll::poll_groups(polled, watch.clone())));
         }
+        // For each plan, the shortest `min_idle` of its group's claiming
+        // and reclaim plans (its own included).
+        let claimed_after: Vec<Option<Duration>> = plans
+            .iter()
+            .map(|plan| {
+                plans
+                    .iter()
+                    .filter(|other| other.same_group(plan))
+                    .filter_map(|other| match other.subscription.stream.read_mode() {
+                        ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } => {
+                            Some(min_idle)
+                        }
+                        ReadMode::New | ReadMode::OwnPending { .. } => None,
+                    })
+                    .min()
+            })
+            .collect();
         let mut subscriptions = Vec::new();
-        for (plan, last_read) in plans.into_iter().zip(last_reads) {
+        for ((plan, last_read), claimed_after) in
+            plans.into_iter().zip(last_reads).zip(claimed_after)
+        {
             let labels = crate::metrics::subscription_labels(
                 self.info.name(),
                 plan.info.name,
@@ -124,6 +144,7 @@ impl RustStream {
                 observer: self.observer.clone(),
                 last_read,
                 keep_alive: self.keep_alive,
+                claimed_after,
                 prune_idle_consumers: self.prune_idle_consumers,
                 readiness: self.readiness,
             };

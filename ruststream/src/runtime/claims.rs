@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ruststream_core::{BrokerResult, EntryId, ReadMode};
+use ruststream_core::{BrokerResult, EntryId};
 
 use super::Env;
 
@@ -46,11 +46,12 @@ pub(super) struct KeepAlive<'a> {
 /// How often the subscription refreshes its claims: its keep-alive
 /// interval, and at least [`REFRESHES_PER_MIN_IDLE`] times per `min_idle`.
 pub(super) fn refresh_every(env: &Env) -> Duration {
-    let every = match env.subscription.stream.read_mode() {
-        ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } => {
-            env.keep_alive.min(min_idle / REFRESHES_PER_MIN_IDLE)
-        }
-        ReadMode::New | ReadMode::OwnPending { .. } => env.keep_alive,
+    // A `new` subscription's entries can be claimed too, by a claiming or
+    // reclaim subscription of the same group: `claimed_after` covers the
+    // app's own (`docs/semantics.md`, Claims).
+    let every = match env.claimed_after {
+        Some(min_idle) => env.keep_alive.min(min_idle / REFRESHES_PER_MIN_IDLE),
+        None => env.keep_alive,
     };
     every.max(SHORTEST)
 }

@@ -90,6 +90,11 @@ pub(crate) struct Env {
     /// How often claims on held entries are refreshed at most
     /// ([`crate::RustStream::keep_alive`]).
     pub(crate) keep_alive: Duration,
+    /// The shortest `min_idle` of the app's claiming and reclaim
+    /// subscriptions of this group, this one's own included: entries idle
+    /// that long can be claimed, so claims are refreshed three times as
+    /// often (see `claims`).
+    pub(crate) claimed_after: Option<Duration>,
     /// Delete other consumers idle this long and holding nothing, at start
     /// ([`crate::RustStream::prune_idle_consumers`]).
     pub(crate) prune_idle_consumers: Option<Duration>,
