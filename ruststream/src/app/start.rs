@@ -67,6 +67,8 @@ impl RustStream {
         for plan in &plans {
             floors.push(plan.prepare_group().await?);
         }
+        // Nothing below fails.
+        let consumers = consumers(&plans, instance.as_deref());
         crate::metrics::describe();
         let (signal, watch) = watch::channel(None);
         let mut tasks = Vec::new();
@@ -120,8 +122,11 @@ impl RustStream {
             })
             .collect();
         let mut subscriptions = Vec::new();
-        for ((plan, last_read), claimed_after) in
-            plans.into_iter().zip(last_reads).zip(claimed_after)
+        for (((plan, last_read), claimed_after), consumer) in plans
+            .into_iter()
+            .zip(last_reads)
+            .zip(claimed_after)
+            .zip(consumers)
         {
             let labels = crate::metrics::subscription_labels(
                 self.info.name(),
@@ -135,7 +140,7 @@ impl RustStream {
             let env = Env {
                 broker: Arc::clone(&plan.broker),
                 publisher: Publisher::new(Arc::clone(&plan.broker)).for_app(self.info.name()),
-                consumer: plan.consumer.clone(),
+                consumer: consumer.clone(),
                 name: plan.info.name,
                 subscription: plan.subscription.clone(),
                 reply: plan.reply.clone(),
@@ -152,7 +157,7 @@ impl RustStream {
                 subscriber = plan.info.name,
                 stream = plan.subscription.stream.stream_name(),
                 group = plan.group(),
-                consumer = %plan.consumer,
+                consumer = %consumer,
                 workers = plan.subscription.workers,
                 replies = plan.runner.replies(),
                 "subscriber started"
@@ -161,7 +166,7 @@ impl RustStream {
             subscriptions.push(RunningSubscription {
                 info: plan.info,
                 subscription: plan.subscription,
-                consumer: plan.consumer,
+                consumer,
                 broker: plan.broker,
                 counters,
             });
@@ -204,7 +209,36 @@ struct Plan {
     info: SubscriberInfo,
     subscription: Subscription,
     reply: ReplyTarget,
-    consumer: String,
+    /// The consumer name the subscription sets; `None`: one is generated.
+    consumer: Option<String>,
+}
+
+/// The consumer name generated for the `n`th subscription without one of
+/// the process's starts. Numbers are taken only once a start can no longer
+/// fail: a start retried in the same process (its broker was not up yet)
+/// reads under the names the first attempt would have, those a restarted
+/// process reads under too, and so takes back what its predecessor held.
+fn generated_consumer(instance: Option<&str>, n: usize) -> String {
+    match instance {
+        Some(instance) => format!("{instance}-ruststream-{n}"),
+        None => format!("ruststream-{n}"),
+    }
+}
+
+/// The consumer name of each plan: its own, or a generated one, numbered
+/// in plan order (see [`generated_consumer`]).
+fn consumers(plans: &[Plan], instance: Option<&str>) -> Vec<String> {
+    let unnamed = plans.iter().filter(|p| p.consumer.is_none()).count();
+    let mut next = NEXT_CONSUMER.fetch_add(unnamed, Ordering::Relaxed);
+    plans
+        .iter()
+        .map(|plan| {
+            plan.consumer.clone().unwrap_or_else(|| {
+                next += 1;
+                generated_consumer(instance, next - 1)
+            })
+        })
+        .collect()
 }
 
 impl Plan {
@@ -256,19 +290,18 @@ impl Plan {
             return Err(invalid(detail));
         }
         let consumer = match subscription.stream.consumer_name() {
-            Some(name) => name.to_owned(),
+            Some(name) => Some(name.to_owned()),
             None => {
-                let n = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
-                let generated = match instance {
-                    Some(instance) => format!("{instance}-ruststream-{n}"),
-                    None => format!("ruststream-{n}"),
-                };
-                if let Err(error) = check_name(NameKind::Consumer, &generated) {
+                // Numbered once the start can no longer fail (see
+                // `generated_consumer`); the number does not change
+                // whether the name is valid.
+                if let Err(error) = check_name(NameKind::Consumer, &generated_consumer(instance, 0))
+                {
                     return Err(invalid(format!(
                         "the instance name makes a bad consumer name: {error}"
                     )));
                 }
-                generated
+                None
             }
         };
         Ok(Plan {
