@@ -444,6 +444,10 @@ impl Scope<'_> {
     }
 }
 
+/// Whether the server may take the same call later: the connection, a
+/// server loading or busy, a cluster in the middle of a failover (a former
+/// master now a replica answers `READONLY`), or a server out of memory
+/// (`OOM`: memory frees as groups ack and streams are trimmed).
 fn is_transient(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_dropped()
@@ -456,9 +460,22 @@ fn is_transient(e: &RedisError) -> bool {
                     | ServerErrorKind::TryAgain
                     | ServerErrorKind::ClusterDown
                     | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
             )
         )
-        || matches!(e.code(), Some("BUSY" | "LOADING" | "MASTERDOWN"))
+        || e.code().is_some_and(transient_code)
+        // A pipeline's failure carries each failed command's error.
+        || e.clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, error)| transient_code(error.code())))
+}
+
+/// Server error codes that mean "not now" (see [`is_transient`]).
+fn transient_code(code: &str) -> bool {
+    matches!(
+        code,
+        "BUSY" | "LOADING" | "MASTERDOWN" | "READONLY" | "OOM" | "TRYAGAIN" | "CLUSTERDOWN"
+    )
 }
 
 /// TLS material only goes with `rediss://` URLs; a cluster's seeds all
