@@ -29,21 +29,48 @@ const BLOCK: Duration = Duration::from_secs(1);
 /// read's wait plus its reply time (1 + 0.3 s), twice over.
 const HELD: Duration = Duration::from_secs(3);
 
+/// A private server, a reader that reaches it through a proxy that can
+/// hold its answers (replies within 300 ms, or a timeout), and a publisher
+/// that connects directly; group `group` of `stream` made, at new entries.
+struct Stalled {
+    server: RedisServer,
+    proxy: Proxy,
+    reader: RedisBroker,
+    publisher: RedisBroker,
+}
+
+impl Stalled {
+    async fn start(what: &str, stream: &str, group: &str) -> Stalled {
+        let server = RedisServer::start(what, Persistence::None);
+        let proxy = Proxy::to(server.port());
+        let config = RedisConfig {
+            response_timeout: Duration::from_millis(300),
+            ..RedisConfig::default()
+        };
+        let reader = RedisBroker::standalone_with(proxy.url(), config);
+        let publisher = RedisBroker::standalone(server.url());
+        publisher
+            .ensure_group(stream, group, StreamStart::New)
+            .await
+            .unwrap();
+        Stalled {
+            server,
+            proxy,
+            reader,
+            publisher,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_a_read_claims_after_its_caller_gave_up_is_handed_back() {
-    let server = RedisServer::start("held-answers", Persistence::None);
-    let proxy = Proxy::to(server.port());
-    let config = RedisConfig {
-        response_timeout: Duration::from_millis(300),
-        ..RedisConfig::default()
-    };
-    let reader = RedisBroker::standalone_with(proxy.url(), config);
-    let publisher = RedisBroker::standalone(server.url());
     let (s, g) = ("held", "g");
-    publisher
-        .ensure_group(s, g, StreamStart::New)
-        .await
-        .unwrap();
+    let Stalled {
+        server,
+        proxy,
+        reader,
+        publisher,
+    } = Stalled::start("held-answers", s, g).await;
 
     // The read finds nothing and waits, its read queued behind the wait.
     let request = ReadRequest::new(s, g, "gone", ReadMode::New, 10).block(BLOCK);
@@ -91,6 +118,81 @@ async fn an_entry_a_read_claims_after_its_caller_gave_up_is_handed_back() {
         "another consumer reads it at once"
     );
     assert_eq!(batch.deliveries[0].delivery_count, 0, "as if never read");
+}
+
+/// The read gave up, and before its late answer came, the runtime's look
+/// at its pending list (a failed read's re-check) handed the entry back and
+/// read it again: the consumer runs it now. The late answer's hand-back
+/// must leave that delivery alone, not make the entry owed again (and so
+/// hand it to another consumer while this one runs it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_hand_back_leaves_an_entry_delivered_again_since() {
+    let (s, g) = ("late", "g");
+    let Stalled {
+        server,
+        proxy,
+        reader,
+        publisher,
+    } = Stalled::start("late-hand-back", s, g).await;
+    // The reader's shared connection, opened now, keeps answering.
+    assert!(
+        reader
+            .pending(s, g, EntryId::ZERO, 10, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    proxy.hold_only_new_connections();
+
+    let request = ReadRequest::new(s, g, "c", ReadMode::New, 10).block(BLOCK);
+    let waiting = reader.clone();
+    let read = tokio::spawn(async move { waiting.read(request).await });
+    let port = server.port();
+    let waits = wait_until(Duration::from_secs(5), async || blocked_in_xread(port)).await;
+    assert!(waits, "the read never waited");
+    proxy.hold();
+    let e = publisher
+        .publish(s, Message::new(b"{}".to_vec()))
+        .await
+        .unwrap();
+    assert!(read.await.unwrap().is_err(), "the read gave up");
+
+    // The re-check: the entry is pending under "c"; handed back, read again.
+    let listed = reader
+        .pending(s, g, EntryId::ZERO, 10, Some("c"))
+        .await
+        .unwrap();
+    assert_eq!(listed.iter().map(|p| p.id).collect::<Vec<_>>(), [e]);
+    reader
+        .retry(s, g, &[e], ruststream::Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
+    let again = reader
+        .read(ReadRequest::new(s, g, "c", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.deliveries.iter().map(|d| d.id()).collect::<Vec<_>>(),
+        [e]
+    );
+
+    // The late answer comes; its hand-back runs.
+    proxy.release();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let other = publisher
+        .read(ReadRequest::new(s, g, "d", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert!(
+        other.deliveries.is_empty(),
+        "while c runs {e}, d is handed it too: {:?}",
+        publisher.pending(s, g, EntryId::ZERO, 10, None).await
+    );
+    let pending = publisher
+        .pending(s, g, EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(pending[0].consumer.as_deref(), Some("c"), "{pending:?}");
 }
 
 /// Whether a client of the server on `port` waits in `XREAD` (`CLIENT

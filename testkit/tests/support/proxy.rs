@@ -5,14 +5,16 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// A running proxy; it stops taking connections when dropped.
 pub struct Proxy {
     port: u16,
-    holding: Arc<AtomicBool>,
+    /// The flag the connections opened from now on hold by (see
+    /// [`Proxy::hold_only_new_connections`]).
+    holding: Arc<Mutex<Arc<AtomicBool>>>,
     closed: Arc<AtomicBool>,
 }
 
@@ -24,7 +26,7 @@ impl Proxy {
             .set_nonblocking(true)
             .expect("a listener can be made non-blocking");
         let port = listener.local_addr().expect("a bound address").port();
-        let holding = Arc::new(AtomicBool::new(false));
+        let holding = Arc::new(Mutex::new(Arc::new(AtomicBool::new(false))));
         let closed = Arc::new(AtomicBool::new(false));
         let (hold, stop) = (Arc::clone(&holding), Arc::clone(&closed));
         std::thread::spawn(move || {
@@ -34,7 +36,9 @@ impl Proxy {
                         let _ = client.set_nonblocking(false);
                         if let Ok(server) = TcpStream::connect((Ipv4Addr::LOCALHOST, server_port)) {
                             pump(&client, &server, None);
-                            pump(&server, &client, Some(Arc::clone(&hold)));
+                            let flag =
+                                Arc::clone(&hold.lock().unwrap_or_else(PoisonError::into_inner));
+                            pump(&server, &client, Some(flag));
                         }
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -55,12 +59,24 @@ impl Proxy {
 
     /// Holds back what the server sends from now on.
     pub fn hold(&self) {
-        self.holding.store(true, Ordering::SeqCst);
+        self.flag().store(true, Ordering::SeqCst);
     }
 
     /// Lets what was held, and what follows, go on.
     pub fn release(&self) {
-        self.holding.store(false, Ordering::SeqCst);
+        self.flag().store(false, Ordering::SeqCst);
+    }
+
+    /// From now on [`Proxy::hold`] holds only connections opened after
+    /// this call: those open now go on answering (a client's shared
+    /// connection, while its new blocking ones stall).
+    pub fn hold_only_new_connections(&self) {
+        *self.holding.lock().unwrap_or_else(PoisonError::into_inner) =
+            Arc::new(AtomicBool::new(false));
+    }
+
+    fn flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.holding.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 

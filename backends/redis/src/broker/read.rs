@@ -297,7 +297,7 @@ pub(super) async fn finish_new(
     } else {
         Vec::new()
     };
-    post.back = beyond.iter().map(|d| d.id()).collect();
+    post.back = beyond.iter().map(read_left).collect();
     read.deliveries.extend(fresh);
     if post.is_empty() {
         return Ok(read);
@@ -334,6 +334,12 @@ pub(super) async fn finish_new(
 /// dead-lettered, as a read would. An entry whose fields cannot be parsed
 /// is passed over and stays pending for the consumer's next look at its
 /// pending list. Returns how many were handed back.
+/// An entry a `New` read handed out, with the delivery count that read
+/// left it at (its deliveries before, plus this one).
+fn read_left(delivery: &Delivery) -> (EntryId, u32) {
+    (delivery.id(), delivery.delivery_count.saturating_add(1))
+}
+
 pub(super) async fn hand_back_claimed(
     broker: &RedisBroker,
     req: &ReadRequest<'_>,
@@ -354,7 +360,7 @@ pub(super) async fn hand_back_claimed(
         }
     }
     let Sorted { mut post, fresh } = sorted;
-    post.back = fresh.iter().map(Delivery::id).collect();
+    post.back = fresh.iter().map(read_left).collect();
     if post.is_empty() {
         return Ok(0);
     }

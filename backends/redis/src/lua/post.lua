@@ -7,11 +7,16 @@
 --       count the original's deliveries too (id, count carried);
 -- dead: own copies that reached the attempt bound (id, count carried);
 -- back: entries read beyond the request's count (owed entries took the
---       room): handed back, owed at once, as if never read.
+--       room), or by a read its caller gave up on: handed back, owed at
+--       once, as if never read (id, then the delivery count the read left
+--       it at). Only while the read's delivery stands: still pending under
+--       this consumer at that count. One delivered again since (handed back
+--       by a look at the pending list and read anew, or claimed by another
+--       consumer) belongs to that delivery now.
 --
 -- KEYS: 1 stream, 2 due, 3 owed, 4 dead, 5 dead index, 6 wake.
 -- ARGV: 1 group, 2 consumer, 3 max deliveries, then the sections, each
---       a name, a length n, and n items (ids; for fix and dead, id then count).
+--       a name, a length n, and n items (ids; for fix, dead and back, id then count).
 -- Reply: { how many entries were handed back, dead-lettered ids, set
 -- aside } where an entry set aside is { id, delivery count, reason, error }
 -- as in read.lua: a dead letter too big for a script (error '') stays
@@ -61,11 +66,12 @@ for j = 1, #dead, 2 do
 end
 local back = sections['back'] or {}
 local n = 0
-for _, id in ipairs(back) do
+for j = 1, #back, 2 do
+  local id, times = back[j], tonumber(back[j + 1])
   local p = redis.call('XPENDING', S, G, id, id, 1)
-  if p[1] then
+  if p[1] and p[1][2] == C and p[1][4] == times then
     redis.call('XACK', S, G, id)
-    owe(DUE, OWED, id, now, math.max(0, p[1][4] - 1), now)
+    owe(DUE, OWED, id, now, math.max(0, times - 1), now)
     n = n + 1
   end
 end

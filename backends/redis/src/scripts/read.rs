@@ -21,8 +21,11 @@ pub(crate) struct Post {
     pub(crate) fix: Vec<(EntryId, u32)>,
     /// Own copies at the attempt bound, with the count they carry.
     pub(crate) dead: Vec<(EntryId, u32)>,
-    /// Entries read beyond the request's count.
-    pub(crate) back: Vec<EntryId>,
+    /// Entries read beyond the request's count (or by a read its caller
+    /// gave up on), with the delivery count that read left them at: one
+    /// delivered again since (handed back and read anew) is not the read's
+    /// to hand back any more.
+    pub(crate) back: Vec<(EntryId, u32)>,
 }
 
 impl Post {
@@ -91,13 +94,16 @@ impl Scripts {
             .arg(req.consumer)
             .arg(req.max_deliveries.unwrap_or(0));
         call = call.arg("ack").arg(post.ack.len()).ids(&post.ack);
-        for (name, items) in [("fix", &post.fix), ("dead", &post.dead)] {
+        for (name, items) in [
+            ("fix", &post.fix),
+            ("dead", &post.dead),
+            ("back", &post.back),
+        ] {
             call = call.arg(name).arg(items.len() * 2);
             for (id, count) in items {
                 call = call.arg(id.to_string()).arg(*count);
             }
         }
-        call = call.arg("back").arg(post.back.len()).ids(&post.back);
         let reply: Value = call.invoke(&mut conn).await?;
         Ok(post_reply(&reply)?)
     }
