@@ -416,3 +416,53 @@ async fn a_fail_stopped_file_log_is_neither_live_nor_ready() {
     app.shutdown_within(Duration::from_secs(1)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Without the token, every write route answers 401, whatever its body: the
+/// token is looked at before the body is read.
+#[tokio::test]
+async fn a_write_without_the_token_is_refused_before_its_body_is_read() {
+    let (_broker, app, base) = start("admin-token-first", Some(TOKEN)).await;
+    let client = reqwest::Client::new();
+    for route in ["redrive", "discard", "consumers/prune"] {
+        let status = client
+            .post(format!("{base}/groups/admin-jobs/g/{route}"))
+            .header("content-type", "application/json")
+            .body("{\"not\": \"a selection\"}")
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{route}");
+    }
+    app.shutdown().await;
+}
+
+#[subscriber(RedisStream::new("admin-two").group("g"))]
+async fn on_first(_job: &Job) {}
+
+#[subscriber(RedisStream::new("admin-two").group("h"))]
+async fn on_second(_job: &Job) {}
+
+/// An app that reads one stream as group `g` on one broker and as group
+/// `h` on another: a group's routes go to the broker that reads that group.
+#[tokio::test]
+async fn a_group_route_goes_to_the_broker_that_reads_the_group() {
+    let (first, second) = (MemoryBroker::new(), MemoryBroker::new());
+    let app = RustStream::new(AppInfo::new("admin-two", "0"))
+        .admin(([127, 0, 0, 1], 0).into())
+        .with_broker(first, |b| {
+            b.include(on_first);
+        })
+        .with_broker(second, |b| {
+            b.include(on_second);
+        })
+        .start()
+        .await
+        .unwrap();
+    let base = format!("http://{}", app.admin_addr().unwrap());
+    for group in ["g", "h"] {
+        let (status, body) = get(&format!("{base}/groups/admin-two/{group}")).await;
+        assert_eq!(status, StatusCode::OK, "group {group}: {body}");
+    }
+    app.shutdown().await;
+}

@@ -49,8 +49,14 @@ struct Which {
 
 impl AdminState {
     /// The broker `which` names; by default the one a subscription reads
-    /// `stream` from, else the app's first.
-    fn broker(&self, index: Option<usize>, stream: &str) -> Result<Arc<dyn Broker>, ApiError> {
+    /// `stream` from (as `group`, for a group's routes), else the app's
+    /// first.
+    fn broker(
+        &self,
+        index: Option<usize>,
+        stream: &str,
+        group: Option<&str>,
+    ) -> Result<Arc<dyn Broker>, ApiError> {
         let brokers = &self.view.brokers;
         if let Some(ix) = index {
             return brokers.get(ix).cloned().ok_or_else(|| {
@@ -60,11 +66,10 @@ impl AdminState {
                 ))
             });
         }
-        let reading = self
-            .view
-            .subscriptions
-            .iter()
-            .find(|s| s.subscription.stream.stream_name() == stream);
+        let reading = self.view.subscriptions.iter().find(|s| {
+            s.subscription.stream.stream_name() == stream
+                && group.is_none_or(|group| s.subscription.stream.group_name() == Some(group))
+        });
         reading
             .map(|s| Arc::clone(&s.broker))
             .or_else(|| brokers.first().cloned())
@@ -78,7 +83,7 @@ async fn streams(
     which: Result<Query<Which>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(which) = which.map_err(query_error)?;
-    let broker = state.broker(which.broker, "")?;
+    let broker = state.broker(which.broker, "", None)?;
     let mut out = Vec::new();
     for name in broker.streams().await? {
         if let Some(info) = broker.stream_info(&name).await? {
@@ -94,7 +99,7 @@ async fn entries(
     Path(stream): Path<String>,
     listing: Result<Query<Listing>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let (_, broker, from, count) = Listing::on(&state, listing, &stream)?;
+    let (_, broker, from, count) = Listing::on(&state, listing, &stream, None)?;
     let found = broker.range(&stream, from, EntryId::MAX, count).await?;
     Ok(Json(Value::Array(found.iter().map(json::entry).collect())))
 }
@@ -118,7 +123,7 @@ async fn publish(
     body: Result<Json<Publish>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let body = accepted(&state, &headers, body)?;
-    let broker = state.broker(body.broker, &stream)?;
+    let broker = state.broker(body.broker, &stream, None)?;
     let mut message = ruststream_core::Message::new(body.payload.into_bytes());
     for (name, value) in body.headers {
         message = message.with_header(name, value);
@@ -134,7 +139,7 @@ async fn dead_letter(
     which: Result<Query<Which>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(which) = which.map_err(query_error)?;
-    let broker = state.broker(which.broker, &stream)?;
+    let broker = state.broker(which.broker, &stream, Some(&group))?;
     let id = parse_id(&id, "id")?;
     let found = broker.dead_letters(&stream, &group, id, 1).await?;
     match found.first().filter(|d| d.id() == id) {
@@ -166,7 +171,7 @@ async fn prune(
     body: Result<Json<Prune>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let body = accepted(&state, &headers, body)?;
-    let broker = state.broker(body.broker, &stream)?;
+    let broker = state.broker(body.broker, &stream, Some(&group))?;
     let idle = std::time::Duration::from_millis(body.idle_ms);
     let mut deleted = Vec::new();
     let mut kept = Vec::new();
@@ -197,7 +202,7 @@ async fn stream(
     which: Result<Query<Which>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(which) = which.map_err(query_error)?;
-    let broker = state.broker(which.broker, &stream)?;
+    let broker = state.broker(which.broker, &stream, None)?;
     match broker.stream_info(&stream).await? {
         Some(info) => Ok(Json(json::stream(&info))),
         None => Err(ApiError::not_found(format!("no stream {stream:?}"))),
@@ -210,7 +215,7 @@ async fn group(
     which: Result<Query<Which>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(which) = which.map_err(query_error)?;
-    let broker = state.broker(which.broker, &stream)?;
+    let broker = state.broker(which.broker, &stream, Some(&group))?;
     let info = broker.group_info(&stream, &group).await?;
     let consumers: Vec<Value> = broker
         .consumers(&stream, &group)
@@ -241,9 +246,10 @@ impl Listing {
         state: &AdminState,
         query: Result<Query<Listing>, QueryRejection>,
         stream: &str,
+        group: Option<&str>,
     ) -> Result<Checked, ApiError> {
         let Query(listing) = query.map_err(query_error)?;
-        let broker = state.broker(listing.broker, stream)?;
+        let broker = state.broker(listing.broker, stream, group)?;
         let (from, count) = (listing.from()?, listing.count()?);
         Ok((listing, broker, from, count))
     }
@@ -281,7 +287,7 @@ async fn pending(
     Path((stream, group)): Path<(String, String)>,
     listing: Result<Query<Listing>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let (listing, broker, from, count) = Listing::on(&state, listing, &stream)?;
+    let (listing, broker, from, count) = Listing::on(&state, listing, &stream, Some(&group))?;
     let entries = broker
         .pending(&stream, &group, from, count, listing.consumer.as_deref())
         .await?;
@@ -295,7 +301,7 @@ async fn dead_letters(
     Path((stream, group)): Path<(String, String)>,
     listing: Result<Query<Listing>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let (_, broker, from, count) = Listing::on(&state, listing, &stream)?;
+    let (_, broker, from, count) = Listing::on(&state, listing, &stream, Some(&group))?;
     let letters = broker.dead_letters(&stream, &group, from, count).await?;
     Ok(Json(Value::Array(
         letters.iter().map(json::dead_letter).collect(),
@@ -406,16 +412,15 @@ enum Write {
     Discard,
 }
 
+/// A redrive or discard, once authorized (see [`accepted`]).
 async fn write(
     state: &AdminState,
-    headers: &HeaderMap,
     stream: &str,
     group: &str,
     selection: &Selection,
     what: Write,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(state, headers)?;
-    let broker = state.broker(selection.broker, stream)?;
+    let broker = state.broker(selection.broker, stream, Some(group))?;
     let ids = selection.resolve(&*broker, stream, group).await?;
     let listed: Vec<String> = ids.iter().map(ToString::to_string).collect();
     if selection.dry_run {
@@ -462,6 +467,6 @@ async fn write_route(
             )));
         }
     };
-    let Json(selection) = selection.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    write(&state, &headers, &stream, &group, &selection, what).await
+    let selection = accepted(&state, &headers, selection)?;
+    write(&state, &stream, &group, &selection, what).await
 }
