@@ -246,3 +246,21 @@ async fn cli_with_stdin(url: &str, lines: &str) {
     .await
     .ok();
 }
+
+/// A stream or group named `.` or `..` is a valid name, but a URL drops
+/// such path segments: through `--admin`, the command is refused with a
+/// usage error saying so, rather than sent to another route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dot_name_through_the_endpoint_is_a_usage_error_saying_why() {
+    let broker = MemoryBroker::new();
+    let (gate, _state) = Gate::new("orders", "billing");
+    let (app, url) = serve("cli-admin-dots", broker.clone(), gate).await;
+    let a = ["--admin", url.as_str(), "--token", "t"];
+    cli_in(&a, "pending orders ..")
+        .await
+        .fails(2, &["\"..\"", "--redis or --dir"]);
+    cli_in(&a, "publish . x")
+        .await
+        .fails(2, &["\".\"", "--redis or --dir"]);
+    app.shutdown().await;
+}

@@ -46,8 +46,15 @@ impl AdminClient {
     }
 
     /// The URL of the route made of `segments` (each one escaped), with
-    /// `query`.
-    fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
+    /// `query`. A name `.` or `..` has no URL: a URL drops such segments
+    /// (even escaped, as `%2E`), and the request would reach another route.
+    fn url(&self, segments: &[&str], query: &[(&str, String)]) -> CliResult<Url> {
+        if let Some(dots) = segments.iter().find(|s| matches!(**s, "." | "..")) {
+            return Err(CliError::Usage(format!(
+                "the name {dots:?} cannot be sent to the admin endpoint (a URL drops `.` and \
+                 `..` path segments); reach it with --redis or --dir"
+            )));
+        }
         let mut url = self.base.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty().extend(segments);
@@ -58,7 +65,7 @@ impl AdminClient {
                 pairs.append_pair(k, v);
             }
         }
-        url
+        Ok(url)
     }
 
     /// Sends a request and decodes the answer; an error answer becomes
@@ -126,12 +133,12 @@ impl AdminClient {
         segments: &[&str],
         query: &[(&str, String)],
     ) -> CliResult<T> {
-        self.call(Method::GET, self.url(segments, query), None)
+        self.call(Method::GET, self.url(segments, query)?, None)
             .await
     }
 
     async fn post<T: DeserializeOwned>(&self, segments: &[&str], body: Value) -> CliResult<T> {
-        self.call(Method::POST, self.url(segments, &[]), Some(body))
+        self.call(Method::POST, self.url(segments, &[])?, Some(body))
             .await
     }
 
