@@ -44,6 +44,17 @@ impl CliError {
         }
     }
 
+    /// The same error, its message preceded by `context` (what had been
+    /// done when it happened).
+    pub fn after(self, context: &str) -> Self {
+        match self {
+            CliError::Runtime(m) => CliError::Runtime(format!("{context}{m}")),
+            CliError::Usage(m) => CliError::Usage(format!("{context}{m}")),
+            CliError::NotFound(m) => CliError::NotFound(format!("{context}{m}")),
+            CliError::Refused(m) => CliError::Refused(format!("{context}{m}")),
+        }
+    }
+
     /// The message, without the `error: ` prefix.
     pub fn message(&self) -> &str {
         match self {

@@ -264,3 +264,31 @@ async fn a_dot_name_through_the_endpoint_is_a_usage_error_saying_why() {
         .fails(2, &["\".\"", "--redis or --dir"]);
     app.shutdown().await;
 }
+
+/// `publish --file` through the endpoint makes one request a line. A line
+/// the endpoint refuses as too large, after one was published, fails the
+/// command saying what was published already and why the rest was not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_failing_part_way_says_what_was_published() {
+    let broker = MemoryBroker::new();
+    let (gate, _state) = Gate::new("orders", "billing");
+    let (app, url) = serve("cli-admin-big", broker.clone(), gate).await;
+    let dir = TempDir::new("admin-big");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let file = dir.0.join("lines.txt");
+    std::fs::write(&file, format!("small\n{}\n", "x".repeat(3 << 20))).unwrap();
+    let a = ["--admin", url.as_str(), "--token", "t"];
+    cli_in(&a, &format!("publish feed --file {}", file.display()))
+        .await
+        .fails(
+            4,
+            &[
+                "1 of 2 messages published",
+                "then message 2",
+                "--redis or --dir",
+            ],
+        );
+    let info = broker.stream_info("feed").await.unwrap().unwrap();
+    assert_eq!(info.length, 1, "the first line was published");
+    app.shutdown().await;
+}

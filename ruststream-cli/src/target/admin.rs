@@ -117,6 +117,9 @@ impl AdminClient {
             .unwrap_or_else(|| format!("HTTP {status}"));
         match status {
             StatusCode::BAD_REQUEST => CliError::Usage(said),
+            StatusCode::PAYLOAD_TOO_LARGE => CliError::Refused(format!(
+                "the admin endpoint takes no request this large ({said}); use --redis or --dir"
+            )),
             StatusCode::NOT_FOUND => CliError::NotFound(said),
             StatusCode::UNAUTHORIZED if self.token.is_none() => CliError::Refused(format!(
                 "the admin endpoint wants its token: give --token T (or RUSTSTREAM_ADMIN_TOKEN) ({said})"

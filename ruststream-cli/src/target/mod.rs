@@ -300,9 +300,26 @@ impl Conn {
         match self {
             Conn::Broker { broker, .. } => broker::publish(&**broker, stream, messages).await,
             Conn::Admin(admin) => {
-                let mut ids = Vec::with_capacity(messages.len());
+                // One request per message: a failure part-way says what
+                // was published already, so that running the command again
+                // does not publish it twice unknowingly.
+                let total = messages.len();
+                let mut ids: Vec<EntryId> = Vec::with_capacity(total);
                 for message in messages {
-                    ids.push(admin.publish(stream, message).await?);
+                    match admin.publish(stream, message).await {
+                        Ok(id) => ids.push(id),
+                        Err(error) if ids.is_empty() => return Err(error),
+                        Err(error) => {
+                            let published: Vec<String> =
+                                ids.iter().map(ToString::to_string).collect();
+                            return Err(error.after(&format!(
+                                "{} of {total} messages published ({}), then message {}: ",
+                                ids.len(),
+                                published.join(", "),
+                                ids.len() + 1
+                            )));
+                        }
+                    }
                 }
                 Ok(ids)
             }

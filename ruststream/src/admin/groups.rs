@@ -396,7 +396,11 @@ fn accepted<T>(
     body: Result<Json<T>, JsonRejection>,
 ) -> Result<T, ApiError> {
     authorize(state, headers)?;
-    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    // The rejection's own status: 400 for a bad body, 413 for one too large.
+    let Json(body) = body.map_err(|e| ApiError {
+        status: e.status(),
+        message: e.body_text(),
+    })?;
     Ok(body)
 }
 
