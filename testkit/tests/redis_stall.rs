@@ -60,26 +60,36 @@ impl Stalled {
             publisher,
         }
     }
+
+    /// Sends `request`, a `new` read that finds nothing and waits (for
+    /// [`BLOCK`]), waits until the server has it blocked in `XREAD`, then
+    /// holds the server's answers back.
+    async fn wait_then_hold(
+        &self,
+        request: ReadRequest<'static>,
+    ) -> tokio::task::JoinHandle<ruststream::BrokerResult<ruststream::ReadBatch>> {
+        let waiting = self.reader.clone();
+        let read = tokio::spawn(async move { waiting.read(request.block(BLOCK)).await });
+        let port = self.server.port();
+        let waits = wait_until(Duration::from_secs(5), async || blocked_in_xread(port)).await;
+        assert!(waits, "the read never waited");
+        self.proxy.hold();
+        read
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_a_read_claims_after_its_caller_gave_up_is_handed_back() {
     let (s, g) = ("held", "g");
+    let stalled = Stalled::start("held-answers", s, g).await;
     let Stalled {
-        server,
-        proxy,
-        reader,
-        publisher,
-    } = Stalled::start("held-answers", s, g).await;
+        proxy, publisher, ..
+    } = &stalled;
 
     // The read finds nothing and waits, its read queued behind the wait.
-    let request = ReadRequest::new(s, g, "gone", ReadMode::New, 10).block(BLOCK);
-    let waiting = reader.clone();
-    let read = tokio::spawn(async move { waiting.read(request).await });
-    let port = server.port();
-    let waits = wait_until(Duration::from_secs(5), async || blocked_in_xread(port)).await;
-    assert!(waits, "the read never waited");
-    proxy.hold();
+    let read = stalled
+        .wait_then_hold(ReadRequest::new(s, g, "gone", ReadMode::New, 10))
+        .await;
     // The entry wakes the wait at once, and the queued read claims it; the
     // answer is held back until long after the read gave up.
     publisher
@@ -128,12 +138,13 @@ async fn an_entry_a_read_claims_after_its_caller_gave_up_is_handed_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_hand_back_leaves_an_entry_delivered_again_since() {
     let (s, g) = ("late", "g");
+    let stalled = Stalled::start("late-hand-back", s, g).await;
     let Stalled {
-        server,
         proxy,
         reader,
         publisher,
-    } = Stalled::start("late-hand-back", s, g).await;
+        ..
+    } = &stalled;
     // The reader's shared connection, opened now, keeps answering.
     assert!(
         reader
@@ -144,13 +155,9 @@ async fn a_late_hand_back_leaves_an_entry_delivered_again_since() {
     );
     proxy.hold_only_new_connections();
 
-    let request = ReadRequest::new(s, g, "c", ReadMode::New, 10).block(BLOCK);
-    let waiting = reader.clone();
-    let read = tokio::spawn(async move { waiting.read(request).await });
-    let port = server.port();
-    let waits = wait_until(Duration::from_secs(5), async || blocked_in_xread(port)).await;
-    assert!(waits, "the read never waited");
-    proxy.hold();
+    let read = stalled
+        .wait_then_hold(ReadRequest::new(s, g, "c", ReadMode::New, 10))
+        .await;
     let e = publisher
         .publish(s, Message::new(b"{}".to_vec()))
         .await

@@ -413,14 +413,16 @@ end
 
 -- The plans of a settle script: one { id, times, held } (see `delivered`)
 -- for each distinct id from ARGV `first` on that the group holds or owes,
--- in order, each passed to `fill(plan)` to add what to append for it.
+-- in order, each passed with the entry's fields (false once trimmed) to
+-- `fill(plan, fields)` to add what to append for it.
 local function delivered_plans(stream, group, owed_key, first, fill)
   local plans = {}
   for _, id in ipairs(distinct_ids(first)) do
     local plan = { id = id }
     plan.times, plan.held = delivered(stream, group, owed_key, id)
     if plan.times then
-      fill(plan)
+      local e = redis.call('XRANGE', stream, id, id)[1]
+      fill(plan, e and e[2] or false)
       plans[#plans + 1] = plan
     end
   end

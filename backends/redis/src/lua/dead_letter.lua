@@ -21,9 +21,8 @@ if failure then
 end
 local now = now_ms()
 
-local plans = delivered_plans(S, G, OWED, first, function(plan)
-  local e = redis.call('XRANGE', S, plan.id, plan.id)[1]
-  plan.fields = dead_fields(plan.id, e and e[2] or false, REASON, TIMES or plan.times, now)
+local plans = delivered_plans(S, G, OWED, first, function(plan, fields)
+  plan.fields = dead_fields(plan.id, fields, REASON, TIMES or plan.times, now)
 end)
 local big = plan_appends(DEAD, plans, pre)
 if big then

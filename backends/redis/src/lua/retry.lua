@@ -31,19 +31,18 @@ local now = now_ms()
 -- Reads: who holds each id, its count, and its fields. Another group's
 -- retry copy held here (a lost read's stray, handed back) is passed over:
 -- acked, as a read passes it over, never owed or copied for this group.
-local plans = delivered_plans(S, G, OWED, first, function(plan)
-  local e = redis.call('XRANGE', S, plan.id, plan.id)[1]
-  local group = e and copy_group(e[2])
+local plans = delivered_plans(S, G, OWED, first, function(plan, fields)
+  local group = fields and copy_group(fields)
   if group and group ~= G then
     plan.foreign = true
     return
   end
-  if e and plan.held then
-    plan.times = own_count(G, e[2], plan.times)
+  if fields and plan.held then
+    plan.times = own_count(G, fields, plan.times)
   end
   if HOW == 'copy' then
-    if e then
-      plan.fields = copy_fields(G, plan.times, original_of(plan.id, e[2]), e[2])
+    if fields then
+      plan.fields = copy_fields(G, plan.times, original_of(plan.id, fields), fields)
     else
       plan.dropped = true
     end
