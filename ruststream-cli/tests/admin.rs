@@ -292,3 +292,61 @@ async fn a_publish_failing_part_way_says_what_was_published() {
     assert_eq!(info.length, 1, "the first line was published");
     app.shutdown().await;
 }
+
+/// A redrive of more dead letters than one request takes (1,000) whose
+/// second request fails: the error says how many were redriven before it,
+/// and running the command again redrives the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_failing_part_way_says_how_many_were_redriven() {
+    use ruststream_testkit::{CallKind, Fault, FaultyBroker};
+    use std::sync::Arc;
+
+    let faulty = Arc::new(FaultyBroker::new(Arc::new(MemoryBroker::new()), 1));
+    let (stream, group) = ("bulk", "dead");
+    faulty
+        .ensure_group(stream, group, StreamStart::Beginning)
+        .await
+        .unwrap();
+    for n in 0..2_500u32 {
+        let message = ruststream::Message::new(n.to_string().into_bytes());
+        faulty.publish(stream, message).await.unwrap();
+    }
+    let mut ids = Vec::new();
+    loop {
+        let batch = read_new(&*faulty, (stream, group, "c"), 1_000).await;
+        if batch.is_empty() {
+            break;
+        }
+        ids.extend(batch.deliveries.iter().map(|d| d.id()));
+    }
+    let dead = faulty.dead_letter(stream, group, &ids, "failed").await;
+    assert_eq!(dead.unwrap(), 2_500);
+    // The second request's redrive fails before it reaches the broker.
+    faulty.script(CallKind::Redrive, 2, Fault::Before);
+    let (gate, _state) = Gate::new("orders", "billing");
+    let app = RustStream::new(AppInfo::new("cli-admin-part-way", "0"))
+        .admin(([127, 0, 0, 1], 0).into())
+        .admin_token("t")
+        .with_shared_broker(faulty.clone(), |b| {
+            b.include(gate);
+        })
+        .start()
+        .await
+        .unwrap();
+    let url = format!("http://{}", app.admin_addr().unwrap());
+    let a = ["--admin", url.as_str(), "--token", "t"];
+
+    cli_in(&a, "redrive bulk dead --all --yes").await.fails(
+        1,
+        &["1000 dead letters redriven of the first 1000 of 2500 selected, then: "],
+    );
+    let info = faulty.group_info(stream, group).await.unwrap();
+    assert_eq!(info.dead_letters, 1_500, "{info:?}");
+    let again = json_in(&a, "redrive bulk dead --all --yes").await;
+    assert_eq!(again["changed"], 1_500, "{again}");
+    assert_eq!(
+        faulty.group_info(stream, group).await.unwrap().dead_letters,
+        0
+    );
+    app.shutdown().await;
+}

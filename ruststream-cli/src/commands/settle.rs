@@ -71,11 +71,25 @@ pub(super) async fn run(
         confirm(change, ids.len(), &args)?;
     }
     let mut changed = 0;
-    for chunk in ids.chunks(CHUNK) {
-        changed += match change {
-            Change::Redrive => conn.redrive(&args.stream, &args.group, chunk).await?,
-            Change::Discard => conn.discard(&args.stream, &args.group, chunk).await?,
+    for (sent, chunk) in ids.chunks(CHUNK).enumerate() {
+        let done = match change {
+            Change::Redrive => conn.redrive(&args.stream, &args.group, chunk).await,
+            Change::Discard => conn.discard(&args.stream, &args.group, chunk).await,
         };
+        match done {
+            Ok(n) => changed += n,
+            Err(error) if sent == 0 => return Err(error),
+            // Running the command again is safe: an id already changed is
+            // no longer a dead letter, and is not selected again.
+            Err(error) => {
+                return Err(error.after(&format!(
+                    "{changed} dead letters {} of the first {} of {} selected, then: ",
+                    change.done(),
+                    sent * CHUNK,
+                    ids.len()
+                )));
+            }
+        }
     }
     conn.finish().await?;
     report(

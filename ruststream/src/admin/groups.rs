@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use ruststream_core::{Broker, EntryId};
+use ruststream_core::{Broker, BrokerError, EntryId};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -416,6 +416,39 @@ enum Write {
     Discard,
 }
 
+impl Write {
+    fn verb(self) -> &'static str {
+        match self {
+            Write::Redrive => "redrive",
+            Write::Discard => "discard",
+        }
+    }
+
+    /// A write of more than one page that failed after its first: the
+    /// broker's error, saying what had been done. Sending the request
+    /// again is safe: an id already redriven or discarded is no longer a
+    /// dead letter, and is ignored.
+    fn failed_part_way(
+        self,
+        error: BrokerError,
+        sent: usize,
+        selected: usize,
+        changed: u64,
+    ) -> ApiError {
+        let mut error = ApiError::from(error);
+        let done = match self {
+            Write::Redrive => "redriven",
+            Write::Discard => "discarded",
+        };
+        error.message = format!(
+            "{changed} dead letters {done} of the first {sent} of {selected} selected, then the {} of the rest failed (sending the request again is safe): {}",
+            self.verb(),
+            error.message
+        );
+        error
+    }
+}
+
 /// A redrive or discard, once authorized (see [`accepted`]).
 async fn write(
     state: &AdminState,
@@ -433,21 +466,23 @@ async fn write(
         ));
     }
     let mut changed = 0;
-    for chunk in ids.chunks(PAGE) {
-        changed += match what {
-            Write::Redrive => broker.redrive(stream, group, chunk).await?,
-            Write::Discard => broker.discard(stream, group, chunk).await?,
+    for (sent, chunk) in ids.chunks(PAGE).enumerate() {
+        let done = match what {
+            Write::Redrive => broker.redrive(stream, group, chunk).await,
+            Write::Discard => broker.discard(stream, group, chunk).await,
         };
+        match done {
+            Ok(n) => changed += n,
+            Err(error) if sent == 0 => return Err(error.into()),
+            Err(error) => return Err(what.failed_part_way(error, sent * PAGE, ids.len(), changed)),
+        }
     }
     tracing::info!(
         stream,
         group,
         selected = ids.len(),
         changed,
-        write = match what {
-            Write::Redrive => "redrive",
-            Write::Discard => "discard",
-        },
+        write = what.verb(),
         "admin write"
     );
     Ok(Json(
