@@ -39,7 +39,7 @@ const SUBSCRIBER_COMMANDS: &str = "+ping +info +time +evalsha +eval +script|load
      +zrange +zrangebyscore +zrangebylex +zrem +zscore +zcard";
 
 /// What a subscriber on a cluster needs on top (docs/operations.md).
-const CLUSTER_COMMANDS: &str = "+cluster|slots";
+const CLUSTER_COMMANDS: &str = "+cluster|slots +set";
 
 static TLS_SEEN: Mutex<BTreeMap<u64, u32>> = Mutex::new(BTreeMap::new());
 static ACL_SEEN: Mutex<BTreeMap<u64, u32>> = Mutex::new(BTreeMap::new());

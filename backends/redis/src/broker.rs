@@ -11,6 +11,8 @@
 //! - [`capability`]: what the server can do (its version, `CLAIM`);
 //! - [`write`](mod@write): publishing, making and moving groups;
 //! - [`read`]: the read modes, and blocking reads;
+//! - [`read_mark`]: how a read notices that the cluster client sent it
+//!   twice;
 //! - [`wait`]: a blocking wait with its read queued behind it;
 //! - [`settle`]: ack, retry, dead letter, redrive, discard, extend claim;
 //! - [`inspect`]: groups, consumers, pending lists, dead letters, ranges,
@@ -25,6 +27,7 @@ mod connection;
 mod consumers;
 mod inspect;
 mod read;
+mod read_mark;
 mod retention;
 mod settle;
 mod tls;
@@ -42,6 +45,7 @@ use self::connection::{BROKER, Connections};
 use crate::scripts::Scripts;
 
 pub use self::connection::{CLUSTER_REDIRECTIONS, RedisConfig, ReplicaAck};
+pub(crate) use self::read_mark::ReadMark;
 pub use self::retention::{RETENTION_EVERY, RedisRetention};
 pub use self::tls::RedisTls;
 pub(crate) use self::topology::Conn;
@@ -68,6 +72,11 @@ struct Inner {
     retention: retention::Passes,
     /// Waits given up on whose reads are being handed back.
     abandoned: wait::Abandoned,
+    /// The first part of this broker's read-mark tokens (a
+    /// [`crate::unique_token`]).
+    mark_prefix: String,
+    /// Set once a read mark was refused (logged once).
+    mark_refused: AtomicBool,
 }
 
 impl fmt::Debug for RedisBroker {
@@ -167,6 +176,8 @@ impl RedisBroker {
                 claiming_verified: AtomicBool::new(false),
                 retention: retention::Passes::default(),
                 abandoned: wait::Abandoned::default(),
+                mark_prefix: crate::unique_token(),
+                mark_refused: AtomicBool::new(false),
             }),
         }
     }

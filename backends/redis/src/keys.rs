@@ -53,6 +53,17 @@ impl GroupKeys {
     }
 }
 
+/// The key of `consumer`'s read mark (see `broker/read_mark.rs`):
+/// `rs:{<stream>}:read-mark:<group's length>:<group>:<consumer>`, in the
+/// stream's slot. The group's length keeps two (group, consumer) pairs from
+/// sharing a key however their names use `:`.
+pub(crate) fn read_mark(stream: &str, group: &str, consumer: &str) -> String {
+    format!(
+        "rs:{{{stream}}}:read-mark:{}:{group}:{consumer}",
+        group.len()
+    )
+}
+
 /// A token no other call makes, in this process or another:
 /// `<pid>-<nanoseconds since the epoch, hex>-<counter>`. Claim probes name
 /// their keys with it (and tests their streams).

@@ -66,6 +66,7 @@
 //! | `rs:{S}:dead:G` | stream | one entry per dead letter: `rs:id` (the id the group held), `rs:reason`, `rs:times_delivered`, `rs:dead_at`, `rs:orig` (the original's id; differs from `rs:id` for a retry copy), then the entry's own fields (or `rs:lost 1` when the stream no longer held it) |
 //! | `rs:{S}:dead-index:G` | sorted set | `<zero-padded id>:<dead-letter entry id>`, for lookups and listing in id order |
 //! | `rs:{S}:wake:G` | stream | one entry, appended to when entries become owed, to wake blocked readers |
+//! | `rs:{S}:read-mark:<length of G>:G:C` | string | on a cluster only: the token of consumer `C`'s last read, so that a read the client sends twice is noticed (see "Cluster"); expires a minute after the read |
 //!
 //! `XRANGE rs:{payments}:dead:ledger - +` lists a group's dead letters
 //! with their reasons and payloads; [`Broker::dead_letters`](ruststream_core::Broker::dead_letters)
@@ -90,8 +91,9 @@
 //! naming the name and the rule. Those rules are enough to keep the keys
 //! apart, so the Redis broker adds none: the first `}` of a side key ends
 //! the stream's name, the kind (`due`, `owed`, `dead`, `dead-index`,
-//! `wake`: no `:` in any) runs to the next `:`, and the group's name is the
-//! rest, so no two (stream, kind, group) share a key (a group `x:idx` has
+//! `wake`, `read-mark`: no `:` in any) runs to the next `:`, and the
+//! group's name is the rest (for a read mark, the group's length comes
+//! first, then the group and the consumer), so no two (stream, kind, group) share a key (a group `x:idx` has
 //! `rs:{S}:dead:x:idx`, never `rs:{S}:dead-index:x`); and no stream is named
 //! like a side key, which has braces.
 //!
@@ -255,6 +257,15 @@
 //! call goes to one slot's master, and redirections after a failover or a
 //! reshard are followed. What holds through a failover is in
 //! `docs/guarantees.md`, "Redis Cluster".
+//!
+//! The cluster client sends a command again by itself when its connection
+//! drops before the reply, whether or not the server ran it. A read is not
+//! safe to run twice (the first attempt's entries would be pending under
+//! the consumer, handed to no one), so on a cluster each read sets a read
+//! mark first, `SET rs:{S}:read-mark:.. <token> GET`, in its pipeline or
+//! its script: a read that finds its own token fails as a lost read does,
+//! and the caller's re-check hands back what both attempts claimed. Reads
+//! on one server carry no mark (a lost reply there is an error).
 
 #![forbid(unsafe_code)]
 

@@ -429,6 +429,15 @@ impl Scope<'_> {
         }
     }
 
+    /// A transient failure that is not the client's error: `detail` says
+    /// what was lost.
+    pub(super) fn lost(&self, detail: &str) -> BrokerError {
+        BrokerError::Connection {
+            broker: BROKER,
+            detail: format!("{} ({}): {detail}", self.url, self.about()),
+        }
+    }
+
     pub(super) fn bad_reply(&self, e: BadReply) -> BrokerError {
         BrokerError::Backend {
             broker: BROKER,

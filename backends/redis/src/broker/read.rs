@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::{RedisError, Value};
 use ruststream_core::{BrokerResult, Delivery, EntryId, ReadBatch, ReadMode, ReadRequest};
 
+use super::read_mark::{self, ReadMark};
 use super::{RedisBroker, capability, inspect, settle, wait};
 use crate::codec::{self, BadReply};
 use crate::keys::GroupKeys;
@@ -145,11 +146,20 @@ async fn read_script(
         ReadMode::Reclaim { .. } => cursors.get(req),
         _ => None,
     };
+    // A re-sent listing of the own pending list hands out the same
+    // entries again: only the modes that claim carry a mark.
+    let mark = match req.mode {
+        ReadMode::OwnPending { .. } if !owed_only => None,
+        _ => ReadMark::for_read(broker, req, Duration::ZERO),
+    };
     let mut read = broker
         .script(scope, |s, conn| {
-            s.read(conn, req, owed_only, cursor.as_deref())
+            s.read(conn, req, owed_only, cursor.as_deref(), mark.as_ref())
         })
         .await?;
+    if read.resent {
+        return Err(read_mark::resent(&scope, req.consumer));
+    }
     if let (ReadMode::Reclaim { .. }, Some(cursor)) = (req.mode, &read.cursor) {
         cursors.set(req, cursor);
     }
@@ -169,15 +179,21 @@ async fn read_script(
 
 async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<ScriptRead> {
     let scope = broker.scope(req.stream, Some(req.group));
+    let mark = ReadMark::for_read(broker, req, Duration::ZERO);
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    push_new_read(&mut pipe, req);
+    push_new_read(&mut pipe, req, mark.as_ref());
     let replies: Vec<Result<Value, RedisError>> = broker.query(&pipe, scope).await?;
-    finish_new(broker, req, replies).await
+    finish_new(broker, req, replies, mark.as_ref()).await
 }
 
-/// Appends the five commands of a `New` read to `pipe`, whose replies
-/// [`finish_new`] makes sense of.
+/// How many commands [`push_new_read`] appends: five, and the mark.
+pub(super) fn new_read_commands(mark: Option<&ReadMark>) -> usize {
+    5 + usize::from(mark.is_some())
+}
+
+/// Appends the commands of a `New` read to `pipe` (see
+/// [`new_read_commands`]), whose replies [`finish_new`] makes sense of.
 ///
 /// One round trip of plain commands: the server's clock, the first owed
 /// entry's due time, the wake stream's and the stream's last ids (where a
@@ -186,8 +202,13 @@ async fn read_new(broker: &RedisBroker, req: &ReadRequest<'_>) -> BrokerResult<S
 /// read past it, and anything appended later (after the read or in
 /// between, which the read would have returned) is after it, so a wait
 /// from there misses nothing. (A full read that hands out nothing, all of
-/// it retry copies for other groups, waits from the cursor instead.)
-pub(super) fn push_new_read(pipe: &mut redis::Pipeline, req: &ReadRequest<'_>) {
+/// it retry copies for other groups, waits from the cursor instead.) With
+/// a `mark` (on a cluster), its `SET` goes right before the read.
+pub(super) fn push_new_read(
+    pipe: &mut redis::Pipeline,
+    req: &ReadRequest<'_>,
+    mark: Option<&ReadMark>,
+) {
     let keys = GroupKeys::new(req.stream, req.group);
     pipe.cmd("TIME");
     pipe.cmd("ZRANGE")
@@ -207,6 +228,9 @@ pub(super) fn push_new_read(pipe: &mut redis::Pipeline, req: &ReadRequest<'_>) {
         .arg("-")
         .arg("COUNT")
         .arg(1);
+    if let Some(mark) = mark {
+        pipe.add_command(mark.command());
+    }
     pipe.cmd("XREADGROUP")
         .arg("GROUP")
         .arg(req.group)
@@ -221,12 +245,33 @@ pub(super) fn push_new_read(pipe: &mut redis::Pipeline, req: &ReadRequest<'_>) {
 /// Makes sense of the replies to [`push_new_read`]'s commands: hands out
 /// owed entries first where they are due (a second call), settles the
 /// retry copies the plain read met, and hands back what does not fit.
+///
+/// A read that finds its own `mark` fails (see [`ReadMark`]): the entries
+/// both attempts claimed are left for the caller's re-check, which hands
+/// them back together and in order.
 pub(super) async fn finish_new(
     broker: &RedisBroker,
     req: &ReadRequest<'_>,
-    replies: Vec<Result<Value, RedisError>>,
+    mut replies: Vec<Result<Value, RedisError>>,
+    mark: Option<&ReadMark>,
 ) -> BrokerResult<ScriptRead> {
     let scope = broker.scope(req.stream, Some(req.group));
+    let expected = new_read_commands(mark);
+    if replies.len() != expected {
+        return Err(scope.bad_reply(BadReply(format!(
+            "a {expected}-command read pipeline got {} answers",
+            replies.len()
+        ))));
+    }
+    if let Some(mark) = mark {
+        match replies.remove(4) {
+            Ok(old) if mark.seen_before(&old) => {
+                return Err(read_mark::resent(&scope, req.consumer));
+            }
+            Ok(_) => {}
+            Err(error) => read_mark::refused(broker, req, &error),
+        }
+    }
     let [time, first_due, wake, last, new] = <[_; 5]>::try_from(replies).map_err(|_| {
         scope.bad_reply(BadReply(
             "a five-command pipeline did not answer five times".to_owned(),

@@ -45,6 +45,7 @@ use ruststream_core::{BrokerResult, ReadMode, ReadRequest};
 use super::RedisBroker;
 use super::connection::wait_command;
 use super::read;
+use super::read_mark::ReadMark;
 use super::topology::Conn;
 use crate::codec::BadReply;
 use crate::keys::GroupKeys;
@@ -75,7 +76,9 @@ pub(super) async fn then_read_new(
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     pipe.add_command(wait_command(keys, wait));
-    read::push_new_read(&mut pipe, req);
+    let mark = ReadMark::for_read(broker, req, wait);
+    read::push_new_read(&mut pipe, req, mark.as_ref());
+    let commands = 1 + read::new_read_commands(mark.as_ref());
     let mut conn = broker.blocking_conn(scope).await?;
     let in_flight: InFlight = Box::pin(async move {
         let replies = pipe.query_async(&mut conn).await;
@@ -86,6 +89,7 @@ pub(super) async fn then_read_new(
         in_flight: Some(in_flight),
         broker,
         req,
+        commands,
     };
     let Ok((conn, replies)) = tokio::time::timeout(limit, &mut queued).await else {
         // `queued` is dropped on return: should the server answer after
@@ -96,15 +100,15 @@ pub(super) async fn then_read_new(
     // not the read ran (the runtime's re-check after a failed read deals
     // with that).
     let mut replies = replies.map_err(|e| scope.error(&e))?;
-    if replies.len() != 6 {
+    if replies.len() != commands {
         return Err(scope.bad_reply(BadReply(format!(
-            "a wait and a read (six commands) got {} answers",
+            "a wait and a read ({commands} commands) got {} answers",
             replies.len()
         ))));
     }
     broker.pool_blocking(conn);
     let woke = replies.remove(0);
-    let read = read::finish_new(broker, req, replies).await?;
+    let read = read::finish_new(broker, req, replies, mark.as_ref()).await?;
     match woke {
         // A wait that fails at once would otherwise be asked again and
         // again until the read's block time ran out.
@@ -123,6 +127,8 @@ struct Queued<'a> {
     in_flight: Option<InFlight>,
     broker: &'a RedisBroker,
     req: &'a ReadRequest<'a>,
+    /// How many commands the pipeline holds (the read's is the last).
+    commands: usize,
 }
 
 impl Future for Queued<'_> {
@@ -149,7 +155,7 @@ impl Drop for Queued<'_> {
         // end by itself, and the consumer's next look at its pending list
         // hands back what its read claimed.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let owner = Owner::of(self.broker, self.req);
+            let owner = Owner::of(self.broker, self.req, self.commands);
             let ticket = Abandoned::begin(&owner.broker, owner.key());
             runtime.spawn(owner.hand_back(in_flight, ticket));
         }
@@ -165,10 +171,12 @@ struct Owner {
     consumer: String,
     count: usize,
     max_deliveries: Option<u32>,
+    /// How many commands the pipeline holds (the read's is the last).
+    commands: usize,
 }
 
 impl Owner {
-    fn of(broker: &RedisBroker, req: &ReadRequest<'_>) -> Self {
+    fn of(broker: &RedisBroker, req: &ReadRequest<'_>, commands: usize) -> Self {
         Owner {
             broker: broker.clone(),
             stream: req.stream.to_owned(),
@@ -176,6 +184,7 @@ impl Owner {
             consumer: req.consumer.to_owned(),
             count: req.count,
             max_deliveries: req.max_deliveries,
+            commands,
         }
     }
 
@@ -209,7 +218,9 @@ impl Owner {
         }
         let answered = tokio::time::timeout(PATIENCE, in_flight).await;
         let new = match answered {
-            Ok((_, Ok(mut replies))) if replies.len() == 6 => replies.swap_remove(5),
+            Ok((_, Ok(mut replies))) if replies.len() == self.commands => {
+                replies.swap_remove(self.commands - 1)
+            }
             _ => {
                 tracing::warn!(
                     stream = self.stream,

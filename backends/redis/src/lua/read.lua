@@ -9,7 +9,13 @@
 --       itself with a plain XREADGROUP, pipelined right behind),
 --       4 count, 5 min idle ms, 6 max deliveries (0: unbounded),
 --       7 position (own: read after this id; reclaim: XAUTOCLAIM cursor),
---       8.. (claiming) the XREADGROUP ... CLAIM command to run
+--       8 read mark token ('': none), 9 its lifetime in ms,
+--       10.. (claiming) the XREADGROUP ... CLAIM command to run
+-- KEYS[7], with a mark: the read mark's key (broker/read_mark.rs)
+--
+-- Reply { 'resent' }: the mark held this call's own token, so an earlier
+-- attempt of it ran (the cluster client sent it again after losing the
+-- reply); nothing changed.
 --
 -- Reply: { deliveries, dead-lettered ids, dropped ids, meta, set aside }
 -- where a delivery is { id, fields, delivery count, idle ms }, meta is
@@ -51,6 +57,17 @@ else
     error({ err = failure })
   end
 end
+
+-- The read mark, before anything changes. A user the server refuses SET
+-- reads on unmarked (the broker logs that on its plain reads).
+local TOKEN = ARGV[8]
+if TOKEN ~= '' then
+  local seen = redis.pcall('SET', KEYS[7], TOKEN, 'GET', 'PX', ARGV[9])
+  if seen == TOKEN then
+    return { 'resent' }
+  end
+end
+
 local now = now_ms()
 
 local function over(times)
@@ -250,12 +267,12 @@ elseif MODE == 'reclaim' then
     end
   end
 elseif MODE == 'claiming' then
-  -- ARGV 8.. is the XREADGROUP ... CLAIM command, built by the caller; its
-  -- COUNT becomes the room left after the owed entries.
+  -- ARGV 10.. is the XREADGROUP ... CLAIM command, built by the caller;
+  -- its COUNT becomes the room left after the owed entries.
   local room = COUNT - #out
   if room > 0 then
     local cmd = {}
-    for i = 8, #ARGV do
+    for i = 10, #ARGV do
       cmd[#cmd + 1] = ARGV[i]
     end
     for i = 5, #cmd - 1 do

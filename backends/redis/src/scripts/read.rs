@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::broker::Conn;
+use crate::broker::{Conn, ReadMark};
 use redis::Value;
 use ruststream_core::{Delivery, Entry, EntryId, ReadMode, ReadRequest};
 
@@ -38,14 +38,22 @@ impl Scripts {
     /// `read.lua`: the whole read of `req.mode` or, with `owed_only`, just
     /// the owed entries that are due. A reclaim read resumes `XAUTOCLAIM`
     /// at `cursor` (from the start without one).
+    ///
+    /// With a `mark` (see `broker/read_mark.rs`), a script that finds its
+    /// own token changes nothing and answers [`ScriptRead::resent`].
     pub(crate) async fn read(
         &self,
         mut conn: Conn,
         req: &ReadRequest<'_>,
         owed_only: bool,
         cursor: Option<&str>,
+        mark: Option<&ReadMark>,
     ) -> Result<ScriptRead, ScriptError> {
         let keys = GroupKeys::new(req.stream, req.group);
+        let mut all = keys.all(req.stream).to_vec();
+        if let Some(mark) = mark {
+            all.push(&mark.key);
+        }
         let (mode, min_idle) = match req.mode {
             _ if owed_only => ("owed", 0),
             ReadMode::New => ("new", 0),
@@ -58,14 +66,17 @@ impl Scripts {
             ReadMode::Reclaim { .. } => cursor.unwrap_or("0-0").to_owned(),
             _ => "0-0".to_owned(),
         };
-        let mut call = Call::new(&self.read, &keys.all(req.stream))
+        let (token, ttl_ms) = mark.map_or(("", 0), |m| (m.token.as_str(), m.ttl_ms));
+        let mut call = Call::new(&self.read, &all)
             .arg(req.group)
             .arg(req.consumer)
             .arg(mode)
             .arg(req.count)
             .arg(min_idle)
             .arg(req.max_deliveries.unwrap_or(0))
-            .arg(position);
+            .arg(position)
+            .arg(token)
+            .arg(ttl_ms);
         if let (ReadMode::Claiming { min_idle }, false) = (req.mode, owed_only) {
             call = call.arg(claim_read_command(
                 req.stream,
@@ -186,12 +197,23 @@ pub(crate) struct ScriptRead {
     pub(crate) cursor: Option<String>,
     /// Entries the script set aside.
     pub(crate) aside: Vec<Aside>,
+    /// The script found its read mark: an earlier attempt of this call ran
+    /// and its reply was lost. Nothing else is filled in.
+    pub(crate) resent: bool,
 }
 
 /// Parses the reply of the read script: `{ deliveries, dead ids, dropped
 /// ids, { now, next due, stream last, wake last, cursor }, set aside }`.
 pub(crate) fn script_read(value: &Value) -> Result<ScriptRead, BadReply> {
     let parts = array(value);
+    if let [only] = parts
+        && bytes(only) == Some(b"resent".as_slice())
+    {
+        return Ok(ScriptRead {
+            resent: true,
+            ..ScriptRead::default()
+        });
+    }
     let [deliveries, dead, dropped, meta, aside] = parts else {
         return Err(bad("read script reply", value));
     };
