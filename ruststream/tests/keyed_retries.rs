@@ -299,3 +299,81 @@ async fn a_handler_can_extend_its_claim_by_hand() {
     advance(MIN_IDLE, 1).await;
     app.shutdown().await;
 }
+
+// ---- a due held entry is not starved by keyless traffic -----------------------------
+
+static STARVE_RUNS: Runs = Mutex::new(Vec::new());
+static STARVE_EPOCH: Mutex<Option<tokio::time::Instant>> = Mutex::new(None);
+
+/// Key `k` asks for a retry in 10 ms once; keyless entries take 1 ms each.
+#[subscriber(RedisStream::new("held-starve").group("g"), workers(1, by_key))]
+async fn held_starve(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    if ctx.partition_key() == Some("k") {
+        record(&STARVE_RUNS, job.n, ctx, &STARVE_EPOCH);
+        if ctx.delivery_count() == 0 {
+            return HandlerOutcome::retry_after(Duration::from_millis(10));
+        }
+        return HandlerOutcome::ack();
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    HandlerOutcome::ack()
+}
+
+/// A held entry that falls due while its lane keeps finding keyless work
+/// runs then, not once the keyless backlog is gone.
+#[tokio::test(start_paused = true)]
+async fn a_held_entry_runs_when_due_though_keyless_entries_keep_its_lane_busy() {
+    let mut jobs: Vec<(u64, &str)> = vec![(0, "k")];
+    jobs.extend((1..3_000).map(|n| (n, "")));
+    let (_broker, app) = start_with(held_starve, "held-starve", &jobs).await;
+    advance(Duration::from_millis(1), 1_000).await;
+    let runs = runs(&STARVE_RUNS);
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(
+        runs[1].2 < 20,
+        "retry_after(10ms) ran again after {} ms: {runs:?}",
+        runs[1].2
+    );
+    app.shutdown().await;
+}
+
+// ---- other keys are read while one key waits ----------------------------------------
+
+static WAIT_OTHERS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Key `k`'s first entry asks for a retry in an hour; every other entry
+/// is acked.
+#[subscriber(RedisStream::new("held-window").group("g"), workers(2, by_key))]
+async fn held_window(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    if ctx.partition_key() == Some("k") {
+        if job.n == 0 && ctx.delivery_count() == 0 {
+            return HandlerOutcome::retry_after(Duration::from_secs(3_600));
+        }
+        return HandlerOutcome::ack();
+    }
+    WAIT_OTHERS.lock().unwrap().push(job.n);
+    HandlerOutcome::ack()
+}
+
+/// Entries queued behind a held one wait with it: they do not fill the
+/// adaptive read window, so entries of other keys keep being read and run
+/// (`docs/semantics.md`, Lanes).
+#[tokio::test(start_paused = true)]
+async fn entries_queued_behind_a_held_one_do_not_stop_other_keys_being_read() {
+    let (broker, app) = start_fresh(held_window).await;
+    publish(&broker, "held-window", &[(0, "k")]).await;
+    settle().await;
+    let queued: Vec<(u64, &str)> = (1..=30).map(|n| (n, "k")).collect();
+    publish(&broker, "held-window", &queued).await;
+    settle().await;
+    let others: Vec<(u64, String)> = (100..110).map(|n| (n, format!("o{n}"))).collect();
+    let others: Vec<(u64, &str)> = others.iter().map(|(n, k)| (*n, k.as_str())).collect();
+    publish(&broker, "held-window", &others).await;
+    advance(Duration::from_secs(1), 60).await;
+    // Every entry was read; those of other keys on `k`'s lane wait with it
+    // (for the hour), the rest ran.
+    assert_eq!(group_info(&broker, "held-window", "g").await.lag, 0);
+    let handled = WAIT_OTHERS.lock().unwrap().clone();
+    assert!(!handled.is_empty(), "no entry of another key ran");
+    app.shutdown().await;
+}

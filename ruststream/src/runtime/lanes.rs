@@ -319,7 +319,17 @@ impl<F: Future<Output = Decided>> Lanes<F> {
             return false;
         }
         let next = match &lane.held {
-            Some(held) if held_ok && held.is_due() => lane.held.take().map(|h| (h.delivery, true)),
+            Some(held) if held.is_due() => {
+                if !held_ok {
+                    // Due, but its handler only just asked to retry it (or
+                    // another ran here this poll): the lane stays idle, and
+                    // the next turn's start runs it, before any keyless
+                    // entry could take the lane again.
+                    lane.free();
+                    return false;
+                }
+                lane.held.take().map(|h| (h.delivery, true))
+            }
             // A held entry keeps its keys' later entries waiting.
             Some(_) => shared.pop_front().map(|d| (d, false)),
             None => match lane.own.pop_front() {
@@ -346,9 +356,16 @@ impl<F: Future<Output = Decided>> Lanes<F> {
         true
     }
 
-    /// How many entries are held after a retry, waiting for their delay.
+    /// How many entries wait on a retry's delay: those held after a retry,
+    /// and the entries queued on their lanes behind them (they cannot start
+    /// before the held one has run; `docs/semantics.md`, Lanes, keeps them
+    /// out of the adaptive window so that other keys keep being read).
     pub(super) fn held_count(&self) -> u64 {
-        self.lanes.iter().filter(|lane| lane.held.is_some()).count() as u64
+        self.lanes
+            .iter()
+            .filter(|lane| lane.held.is_some())
+            .map(|lane| 1 + lane.own.len() as u64)
+            .sum()
     }
 
     /// Every entry the lanes hold: queued, running, or held after a retry.
