@@ -432,14 +432,28 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
         track_trims(&mut trims, &change);
         engine.restore(change)
     };
+    let journal = journal_path(&state_dir, generation);
+    // Read-only, the generation listed must still be there: the holder's
+    // compaction may have replaced it since. A `NotFound` makes
+    // `open_read_only` list the directory again, rather than open a view
+    // with none (or only part) of the group state.
+    if !own && (generation > 0 && !snapshot.exists() || !journal.exists()) {
+        return Err(io_error(
+            &journal,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "state replaced while read"),
+        ));
+    }
     if snapshot.exists() {
         snapshot_bytes = replay_snapshot(&snapshot, access, &mut apply)?;
     }
-    let journal = journal_path(&state_dir, generation);
     let journal_bytes = if journal.exists() {
         replay_journal(&journal, access, &mut apply)?
     } else if !own {
-        0
+        // Replaced by the holder's compaction since it was listed.
+        return Err(io_error(
+            &journal,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "journal replaced while read"),
+        ));
     } else {
         create_with_header(&syncer, &journal, &format::file_header(format::JOURNAL_TAG))?;
         format::FILE_HEADER_LEN as u64

@@ -630,6 +630,17 @@ impl Store {
                 doomed.push(i);
             }
         }
+        // The journal record that lets these segments go (a trim, a
+        // release) and what was written with it (a retry copy of an entry
+        // in them) must be durable before the removal is: else a power
+        // failure could keep the removal and lose the copy, and the entry
+        // with it. The current call's files are registered by `persist`
+        // only after this, so they are registered here for the sync.
+        // Removals are rare: one sync more now and then.
+        if !doomed.is_empty() {
+            self.syncer.register(self.touched.iter().cloned());
+            self.syncer.sync_written_now()?;
+        }
         let mut deleted = false;
         for &i in doomed.iter().rev() {
             let path = &files.segments[i].path;

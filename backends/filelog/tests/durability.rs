@@ -492,3 +492,70 @@ async fn the_journal_is_compacted_on_its_own_as_it_grows() {
     assert_eq!(observe(&b).await, before);
     assert_eq!(b.group_info("jobs", "g1").await.unwrap().pending, 67);
 }
+
+/// Copies the tree at `from` to `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for item in fs::read_dir(from).unwrap() {
+        let path = item.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+/// A retry with a copy of a pending entry that a trim kept releases it, and
+/// that lets its segment go. The removal must not reach the disk before the
+/// journal record and the copy do: a power failure right after an early
+/// removal would leave the segment gone, the journal still saying the entry
+/// is pending, and no copy, so the entry (synced long before) would be
+/// dropped on reopen as never written.
+///
+/// `SyncPolicy::Interval(1 h)` keeps the sync thread out of the way, and an
+/// fsync failure is armed before the retry: a retry that syncs before the
+/// removal fails (and stops the log). One that removed the segment without
+/// syncing leaves a disk that may hold exactly "the files as of the last
+/// sync, minus that segment", which the test then opens.
+#[tokio::test]
+async fn a_segment_a_retry_copy_lets_go_is_removed_only_once_the_copy_is_durable() {
+    let dir = TempDir::new();
+    let options = FileLogOptions {
+        segment_bytes: 256,
+        sync: ruststream_filelog::SyncPolicy::Interval(Duration::from_secs(3_600)),
+        ..FileLogOptions::default()
+    };
+    let b = with_jobs_group(FileLogBroker::open_with(&dir.0, options).unwrap()).await;
+    let id = b.publish("jobs", msg("the job")).await.unwrap();
+    let read = b
+        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1))
+        .await
+        .unwrap();
+    assert_eq!(read.deliveries.len(), 1);
+    let mut last = id;
+    for i in 0..20 {
+        let filler = format!("filler-{i}-{}", "x".repeat(100));
+        last = b.publish("jobs", msg(&filler)).await.unwrap();
+    }
+    // Everything but the newest filler trimmed: the pending entry is kept,
+    // and so is its segment.
+    b.trim("jobs", Trim::MinId(last)).await.unwrap();
+    let first_segment = segments(&dir.0, "jobs")[0].clone();
+    let name = format!("{:020}-{:020}", id.ms, id.seq);
+    assert!(
+        first_segment.to_string_lossy().contains(&name),
+        "{first_segment:?}"
+    );
+    b.sync().await.unwrap();
+    let durable = TempDir::new();
+    copy_dir(&dir.0, &durable.0);
+
+    b.inject_fsync_failure();
+    let retried = b.retry("jobs", "g1", &[id], Retry::Copy).await;
+    assert!(
+        retried.is_err() && first_segment.exists(),
+        "the segment was removed before the retry that let it go was durable: {retried:?}"
+    );
+}
