@@ -470,8 +470,13 @@ fn is_transient(e: &RedisError) -> bool {
                     | ServerErrorKind::ClusterDown
                     | ServerErrorKind::MasterDown
                     | ServerErrorKind::ReadOnly
+                    | ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
             )
         )
+        // The cluster client found no node for the slot (its master is
+        // gone and the failover is not over).
+        || e.kind() == ErrorKind::ClusterConnectionNotFound
         || e.code().is_some_and(transient_code)
         // A pipeline's failure carries each failed command's error.
         || e.clone()
@@ -479,11 +484,29 @@ fn is_transient(e: &RedisError) -> bool {
             .is_some_and(|errors| errors.iter().any(|(_, error)| transient_code(error.code())))
 }
 
-/// Server error codes that mean "not now" (see [`is_transient`]).
+/// Server error codes that mean "not now" (see [`is_transient`]). `MOVED`
+/// and `ASK` reach the caller only once the cluster client has followed
+/// its redirections ([`CLUSTER_REDIRECTIONS`]) without landing: during a
+/// failover, a write sent to the replica of a master that is gone is
+/// redirected back to that master until the replica takes over.
+/// `NOREPLICAS` (a master with `min-replicas-to-write` and too few
+/// replicas) and `MISCONF` (a master that cannot save, with
+/// `stop-writes-on-bgsave-error`) refuse writes until their replicas or
+/// their disk come back.
 fn transient_code(code: &str) -> bool {
     matches!(
         code,
-        "BUSY" | "LOADING" | "MASTERDOWN" | "READONLY" | "OOM" | "TRYAGAIN" | "CLUSTERDOWN"
+        "BUSY"
+            | "LOADING"
+            | "MASTERDOWN"
+            | "READONLY"
+            | "OOM"
+            | "TRYAGAIN"
+            | "CLUSTERDOWN"
+            | "MOVED"
+            | "ASK"
+            | "NOREPLICAS"
+            | "MISCONF"
     )
 }
 
@@ -555,6 +578,45 @@ mod tests {
         assert!(mapped.is_transient(), "{mapped}");
         assert!(mapped.to_string().contains("redis://h:1"), "{mapped}");
         assert!(mapped.to_string().contains("jobs"), "{mapped}");
+    }
+
+    /// A server error as redis-rs builds it from the wire (`-CODE detail`).
+    fn server_error(wire: &str) -> RedisError {
+        let value = redis::parse_redis_value(format!("-{wire}\r\n").as_bytes());
+        match value.map(redis::Value::extract_error) {
+            Ok(Err(error)) => error,
+            other => panic!("{wire:?} is not a server error: {other:?}"),
+        }
+    }
+
+    /// The "not now" answers of a cluster in a failover, or of a master
+    /// refusing writes for a while, are transient: a reply publish that
+    /// meets one retries its entry rather than dead-lettering it.
+    #[test]
+    fn not_now_answers_of_a_cluster_or_a_master_are_transient() {
+        let scope = Scope {
+            url: "redis://h:1",
+            stream: "replies",
+            group: None,
+        };
+        let errors = [
+            RedisError::from((ErrorKind::ClusterConnectionNotFound, "No connections found")),
+            server_error("MOVED 3999 127.0.0.1:7001"),
+            server_error("ASK 3999 127.0.0.1:7001"),
+            server_error("NOREPLICAS Not enough good replicas to write."),
+            server_error(
+                "MISCONF Redis is configured to save RDB snapshots, but it's unable to persist to disk.",
+            ),
+            server_error("READONLY You can't write against a read only replica."),
+        ];
+        for e in &errors {
+            let mapped = scope.error(e);
+            assert!(mapped.is_transient(), "{e:?} -> {mapped}");
+        }
+        let refused = scope.error(&server_error(
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ));
+        assert!(!refused.is_transient(), "{refused}");
     }
 }
 
