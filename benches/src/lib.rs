@@ -310,7 +310,7 @@ pub mod counted {
             inner: name, check_mode, publish, publish_batch, ensure_group, set_group_position,
             retry, dead_letter, redrive, discard, group_info, consumers, pending, dead_letters,
             range, stream_info, trim,
-            extend_claim,
+            extend_claim, count_deliveries,
         );
     }
 }

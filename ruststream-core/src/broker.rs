@@ -353,6 +353,27 @@ pub trait Broker: Send + Sync + 'static {
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64>;
 
+    /// Counts deliveries made without a read: `consumer` runs again
+    /// pending entries it holds (a `by_key` lane runs a held entry again
+    /// after a retry's delay, `docs/semantics.md`, Lanes). Each `(id,
+    /// times)` pending under `consumer` gets its delivery count (deliveries
+    /// so far, this one included) raised to `times`, never lowered, and its
+    /// last delivery time set to now, as a read's delivery would. So the
+    /// count survives a hand-back or a crash, and `max_deliveries` holds
+    /// across them. Ids not pending under `consumer` (settled, owed, held by
+    /// another consumer, gone from the stream) are ignored, and a call made
+    /// again after a lost reply changes nothing more. Returns how many were
+    /// counted.
+    ///
+    /// No default: a wrapper must decide whether to pass it on.
+    fn count_deliveries<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        counts: &'a [(EntryId, u32)],
+    ) -> BrokerFuture<'a, u64>;
+
     /// The names of every stream the broker holds, sorted (the keys of
     /// Redis streams, but not ruststream's own side keys). For operators'
     /// tools: it may scan the whole server.

@@ -35,7 +35,7 @@
 ///     }
 ///
 ///     forward_broker!(inner: name, check_mode, publish, publish_batch, ensure_group,
-///         set_group_position, ack, retry, dead_letter, extend_claim, delete_consumer,
+///         set_group_position, ack, retry, dead_letter, extend_claim, count_deliveries, delete_consumer,
 ///         redrive, discard, group_info, consumers, pending, dead_letters, range,
 ///         stream_info, streams, trim);
 /// }
@@ -80,7 +80,7 @@ macro_rules! forward_broker {
 ///     delegate_broker!(settle: ack);
 ///
 ///     forward_broker!(store: name, check_mode, publish_batch, ensure_group,
-///         set_group_position, read, retry, dead_letter, extend_claim, redrive, discard,
+///         set_group_position, read, retry, dead_letter, extend_claim, count_deliveries, redrive, discard,
 ///         group_info, consumers, pending, dead_letters, range, stream_info, trim);
 /// }
 /// # fn main() {}
@@ -123,7 +123,7 @@ macro_rules! delegate_broker {
 ///     broker_methods!(counted: ack[0], dead_letter[1]);
 ///
 ///     forward_broker!(inner: name, check_mode, publish_batch, ensure_group,
-///         set_group_position, read, retry, extend_claim, redrive, discard,
+///         set_group_position, read, retry, extend_claim, count_deliveries, redrive, discard,
 ///         group_info, consumers, pending, dead_letters, range, stream_info, trim);
 /// }
 /// ```
@@ -162,6 +162,7 @@ macro_rules! __broker_method {
     ($how:tt $to:tt retry) => { $crate::__broker_fn!($how $to retry(stream: &'a str, group: &'a str, ids: &'a [$crate::EntryId], how: $crate::Retry) -> u64); };
     ($how:tt $to:tt dead_letter) => { $crate::__broker_fn!($how $to dead_letter(stream: &'a str, group: &'a str, ids: &'a [$crate::EntryId], reason: &'a str) -> u64); };
     ($how:tt $to:tt extend_claim) => { $crate::__broker_fn!($how $to extend_claim(stream: &'a str, group: &'a str, consumer: &'a str, ids: &'a [$crate::EntryId]) -> u64); };
+    ($how:tt $to:tt count_deliveries) => { $crate::__broker_fn!($how $to count_deliveries(stream: &'a str, group: &'a str, consumer: &'a str, counts: &'a [($crate::EntryId, u32)]) -> u64); };
     ($how:tt $to:tt streams) => { $crate::__broker_fn!($how $to streams() -> Vec<String>); };
     ($how:tt $to:tt delete_consumer) => { $crate::__broker_fn!($how $to delete_consumer(stream: &'a str, group: &'a str, consumer: &'a str, min_idle: ::std::time::Duration) -> bool); };
     ($how:tt $to:tt redrive) => { $crate::__broker_fn!($how $to redrive(stream: &'a str, group: &'a str, ids: &'a [$crate::EntryId]) -> u64); };

@@ -94,7 +94,7 @@ impl Broker for Faulty {
     forward_broker!(
         inner: name, check_mode, publish, publish_batch, ensure_group, set_group_position,
         redrive, discard, group_info, consumers, pending, dead_letters, range, stream_info, trim,
-        extend_claim,
+        extend_claim, count_deliveries,
     );
 }
 

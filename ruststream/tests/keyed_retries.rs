@@ -377,3 +377,37 @@ async fn entries_queued_behind_a_held_one_do_not_stop_other_keys_being_read() {
     assert!(!handled.is_empty(), "no entry of another key ran");
     app.shutdown().await;
 }
+
+// ---- re-runs are counted at the broker ----------------------------------------------
+
+static COUNTED_RUNS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Always asks for another attempt in 10 s.
+#[subscriber(RedisStream::new("held-counted").group("g"), workers(1, by_key), max_deliveries(3))]
+async fn held_counted(_job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    COUNTED_RUNS.lock().unwrap().push(ctx.delivery_count());
+    HandlerOutcome::retry_after(Duration::from_secs(10))
+}
+
+/// A re-run on a lane counts as a delivery at the broker, so an entry
+/// handed back at shutdown keeps its count: the next process runs it with
+/// the count it had, and `max_deliveries` bounds the runs across both.
+#[tokio::test(start_paused = true)]
+async fn a_held_entry_handed_back_at_shutdown_keeps_its_delivery_count() {
+    let broker = MemoryBroker::new();
+    let first = support::start_one(&broker, held_counted).await;
+    publish(&broker, "held-counted", &[(1, "k")]).await;
+    advance(Duration::from_secs(1), 15).await;
+    assert_eq!(*COUNTED_RUNS.lock().unwrap(), [0, 1]);
+    first.shutdown().await;
+    let pending = support::pending(&broker, "held-counted", "g").await;
+    assert_eq!(pending[0].times_delivered, 2, "{pending:?}");
+
+    let second = support::start_one(&broker, held_counted).await;
+    advance(Duration::from_secs(1), 60).await;
+    second.shutdown().await;
+    assert_eq!(*COUNTED_RUNS.lock().unwrap(), [0, 1, 2]);
+    let dead = dead_letters(&broker, "held-counted", "g", 10).await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].times_delivered, 3);
+}

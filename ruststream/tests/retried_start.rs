@@ -46,7 +46,7 @@ impl Broker for NotYet {
     forward_broker!(
         inner: name, check_mode, publish, publish_batch, read, ack, set_group_position, retry,
         dead_letter, redrive, discard, group_info, consumers, pending, dead_letters, range,
-        stream_info, trim, extend_claim,
+        stream_info, trim, extend_claim, count_deliveries,
     );
 }
 

@@ -112,7 +112,7 @@ impl Broker for Flaky {
         inner: name, check_mode, publish, publish_batch, ensure_group, set_group_position,
         dead_letter, redrive, discard, group_info, consumers, pending, dead_letters, range,
         stream_info, trim,
-        extend_claim,
+        extend_claim, count_deliveries,
     );
 }
 
@@ -504,7 +504,7 @@ impl Broker for Forgetful {
     forward_broker!(
         inner: name, check_mode, publish, publish_batch, retry, dead_letter,
         redrive, discard, consumers, pending, dead_letters, range, stream_info, trim,
-        extend_claim,
+        extend_claim, count_deliveries,
     );
 }
 

@@ -41,7 +41,7 @@ impl Broker for Stalling {
 
     forward_broker!(
         inner: name, check_mode, publish, publish_batch, ensure_group, set_group_position, ack,
-        retry, dead_letter, extend_claim, redrive, discard, group_info, consumers, pending,
+        retry, dead_letter, extend_claim, count_deliveries, redrive, discard, group_info, consumers, pending,
         dead_letters, range, stream_info, trim,
     );
 }

@@ -176,6 +176,7 @@ macro_rules! __conformance_rules {
             a_lapsed_claim_is_handed_out_again,
             an_extended_claim_stands_for_min_idle_from_the_extension,
             extending_a_claim_the_consumer_does_not_hold_changes_nothing,
+            a_delivery_counted_without_a_read_is_kept_through_a_hand_back,
             owed_records_go_out_before_new_ones,
             reclaim_never_hands_out_new_entries,
             a_consumer_rereads_its_own_pending_after_a_restart,
@@ -760,6 +761,68 @@ pub async fn extending_a_claim_the_consumer_does_not_hold_changes_nothing(t: Tar
     let err = t
         .broker
         .extend_claim(&s, G, "bad\u{0}consumer", &sent)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("consumer name"), "{err}");
+}
+
+/// A delivery counted without a read (a `by_key` lane's re-run) raises
+/// the entry's count at the broker, never lowers it, refreshes its claim,
+/// and stays with the entry when it is handed back; entries the consumer
+/// does not hold are passed over.
+pub async fn a_delivery_counted_without_a_read_is_kept_through_a_hand_back(t: Target) {
+    let s = t.new_group("count-deliveries").await;
+    let sent = t.publish_all(&s, &["held", "other", "theirs"]).await;
+    assert_eq!(texts(&t.read_new(&s, "worker", 2).await), ["held", "other"]);
+    assert_eq!(texts(&t.read_new(&s, "stranger", 1).await), ["theirs"]);
+    t.advance(MIN_IDLE * 2 / 3).await;
+
+    let count = |consumer, counts| t.broker.count_deliveries(&s, G, consumer, counts);
+    let unknown = EntryId::new(1, 1);
+    let asked = [(sent[0], 3), (sent[0], 2), (sent[2], 5), (unknown, 4)];
+    let (lower, owed) = ([(sent[0], 1)], [(sent[1], 7)]);
+    assert_eq!(count("worker", &asked).await.unwrap(), 1, "only its own");
+    assert_eq!(count("worker", &[]).await.unwrap(), 0);
+    // Made again (a lost reply), and with a lower count: no change.
+    assert_eq!(count("worker", &asked).await.unwrap(), 1);
+    assert_eq!(count("worker", &lower).await.unwrap(), 1);
+    let pending = t.pending_list(&s).await;
+    let row = |id: EntryId| pending.iter().find(|p| p.id == id).unwrap();
+    assert_eq!(row(sent[0]).times_delivered, 3, "raised, never lowered");
+    assert_eq!(row(sent[0]).consumer.as_deref(), Some("worker"));
+    assert!(
+        row(sent[0]).idle_ms < MIN_IDLE.as_millis() as u64 / 2,
+        "a counted delivery refreshes the claim: {pending:?}"
+    );
+    assert_eq!(row(sent[1]).times_delivered, 1);
+    assert_eq!(row(sent[2]).times_delivered, 1, "another's entry");
+    assert_eq!(row(sent[2]).consumer.as_deref(), Some("stranger"));
+
+    // Owed entries are held by nobody: passed over.
+    t.broker
+        .retry(&s, G, &[sent[1]], Retry::After(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(count("worker", &owed).await.unwrap(), 0);
+
+    // Handed back, the entry keeps its count: the next read is its fourth
+    // delivery.
+    t.broker
+        .retry(&s, G, &[sent[0]], Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
+    let next = t.read_new(&s, "next", 10).await;
+    assert_eq!(texts(&next), ["held"]);
+    assert_eq!(counts(&next), [3]);
+
+    let err = t
+        .broker
+        .count_deliveries(&s, "ghost", "worker", &asked)
+        .await;
+    assert!(matches!(err, Err(BrokerError::NoGroup { .. })), "{err:?}");
+    let err = t
+        .broker
+        .count_deliveries(&s, G, "bad\u{0}consumer", &asked)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("consumer name"), "{err}");

@@ -146,19 +146,23 @@ call_kinds! {
     /// [`Broker::delete_consumer`]. After `ExtendClaim`, for the same
     /// reason.
     DeleteConsumer => "delete_consumer",
-    /// [`Broker::streams`]. Last, for the same reason.
+    /// [`Broker::streams`]. After `DeleteConsumer`, for the same reason.
     Streams => "streams",
+    /// [`Broker::count_deliveries`]. Last, for the same reason.
+    CountDeliveries => "count_deliveries",
 }
 
 impl CallKind {
-    /// The calls that settle entries a read handed out, and the one that
-    /// keeps their claims (an outage of the settles stalls it too).
-    pub const SETTLES: [CallKind; 5] = [
+    /// The calls that settle entries a read handed out, the one that
+    /// keeps their claims and the one that counts their re-runs (an outage
+    /// of the settles stalls those too).
+    pub const SETTLES: [CallKind; 6] = [
         CallKind::Ack,
         CallKind::RetryCopy,
         CallKind::RetryAfter,
         CallKind::DeadLetter,
         CallKind::ExtendClaim,
+        CallKind::CountDeliveries,
     ];
 
     /// The calls that only look (admin and monitoring reads).
@@ -192,6 +196,7 @@ impl CallKind {
                 | CallKind::RetryAfter
                 | CallKind::DeadLetter
                 | CallKind::ExtendClaim
+                | CallKind::CountDeliveries
                 | CallKind::DeleteConsumer
                 | CallKind::Redrive
                 | CallKind::Discard
@@ -993,7 +998,7 @@ macro_rules! settle_call {
 }
 
 impl Broker for FaultyBroker {
-    delegate_broker!(tracked: ensure_group, read, extend_claim, group_info, stream_info);
+    delegate_broker!(tracked: ensure_group, read, extend_claim, count_deliveries, group_info, stream_info);
 
     /// Faulted as `read` is, where the inner broker answers on the spot;
     /// a call drawn to be delayed is left to `read` (`None`), which then
@@ -1190,6 +1195,26 @@ mod tracked {
             .extend_claim(stream, inner_group, consumer, ids)
             .await;
         broker.leave(&call, resolved.as_ref(), result, |_, _, _| ids.to_vec())
+    }
+
+    /// `Broker::count_deliveries`, faulted like [`extend_claim`].
+    pub(super) async fn count_deliveries(
+        broker: &FaultyBroker,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+        counts: &[(EntryId, u32)],
+    ) -> BrokerResult<u64> {
+        let call = broker.begin(CallKind::CountDeliveries);
+        let resolved = broker.enter(&call, Some((stream, group))).await?;
+        let inner_group = resolved.as_ref().map_or(group, |r| r.inner.as_str());
+        let result = broker
+            .inner
+            .count_deliveries(stream, inner_group, consumer, counts)
+            .await;
+        broker.leave(&call, resolved.as_ref(), result, |_, _, _| {
+            counts.iter().map(|(id, _)| *id).collect()
+        })
     }
 
     /// `Broker::group_info`, the answer naming the caller's group.

@@ -93,7 +93,7 @@ impl Broker for Counted {
         inner: name, failure, check_mode, publish, publish_batch, ensure_group,
         set_group_position, ack, retry, dead_letter, redrive, discard, group_info, consumers,
         pending, dead_letters, range, stream_info, trim,
-        extend_claim,
+        extend_claim, count_deliveries,
     );
 }
 

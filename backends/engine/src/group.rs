@@ -198,6 +198,19 @@ impl Group {
         self.put_pending(id, p);
     }
 
+    /// Changes a pending entry's delivery count alone (recorded); its
+    /// claim and time, and so its place in the time indexes, stay.
+    pub(crate) fn set_times_delivered(&mut self, id: EntryId, times_delivered: u32) {
+        if let Some(p) = self.pending.get(&id).copied() {
+            let p = Pending {
+                times_delivered,
+                ..p
+            };
+            self.record(|| GroupChange::of_pending(id, &p));
+            self.pending.insert(id, p);
+        }
+    }
+
     pub(crate) fn put_pending(&mut self, id: EntryId, p: Pending) {
         if let Some(old) = self.pending.insert(id, p) {
             self.unindex(id, &old);

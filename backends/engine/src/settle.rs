@@ -171,31 +171,54 @@ impl Engine {
         ids: &[EntryId],
         now_ms: u64,
     ) -> BrokerResult<u64> {
+        let counts: Vec<(EntryId, u32)> = ids.iter().map(|&id| (id, 0)).collect();
+        self.count_deliveries(stream, group, consumer, &counts, now_ms)
+    }
+
+    /// Counts deliveries made without a read (a `by_key` lane running a
+    /// held entry again): each `(id, times)` held by `consumer` gets its
+    /// delivery count raised to `times` (never lowered) and its last
+    /// delivery time set to `now_ms`. Passed over as in
+    /// [`Engine::extend_claim`], which is this with every count 0. Returns
+    /// how many distinct ids were counted.
+    pub fn count_deliveries(
+        &mut self,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+        counts: &[(EntryId, u32)],
+        now_ms: u64,
+    ) -> BrokerResult<u64> {
         let g = self.stream_mut(stream, group)?.group_mut(stream, group)?;
         let Some(&ix) = g.consumer_index.get(consumer) else {
             return Ok(0);
         };
         let held = Claim::Held { consumer: ix };
-        // Each id counted once, however often the call names it.
-        let mut distinct = ids.to_vec();
-        distinct.sort_unstable();
-        distinct.dedup();
+        // Each id counted once, however often the call names it, with the
+        // highest count it is named with; in id order.
+        let mut distinct = counts.to_vec();
+        distinct.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        distinct.dedup_by_key(|(id, _)| *id);
         let mut n = 0;
-        for id in distinct {
+        for (id, times) in distinct {
             let Some(&p) = g.pending.get(&id).filter(|p| p.claim == held) else {
                 continue;
             };
             n += 1;
-            // Already refreshed this millisecond (or delivered in it):
-            // nothing to change, and no record to add to the time index.
+            let times_delivered = p.times_delivered.max(times);
             if p.since_ms != now_ms {
                 g.insert_pending(
                     id,
                     Pending {
                         since_ms: now_ms,
+                        times_delivered,
                         ..p
                     },
                 );
+            } else if times_delivered != p.times_delivered {
+                // Refreshed this millisecond (or delivered in it) already:
+                // no record to add to the time index.
+                g.set_times_delivered(id, times_delivered);
             }
         }
         if n > 0 {

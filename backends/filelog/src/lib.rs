@@ -375,7 +375,7 @@ impl FileLogBroker {
 
 impl Broker for FileLogBroker {
     forward_broker!(inner: name, failure, check_mode, publish, publish_batch, ensure_group,
-        set_group_position, read, read_now, ack, ack_now, retry, dead_letter, extend_claim, delete_consumer, redrive,
+        set_group_position, read, read_now, ack, ack_now, retry, dead_letter, extend_claim, count_deliveries, delete_consumer, redrive,
         discard, group_info, consumers, pending, dead_letters, range, stream_info, streams, trim);
 }
 

@@ -369,14 +369,30 @@ impl<P: Persistence> LocalBroker<P> {
         &self,
         call: &str,
         stream: &str,
-        ids: &[EntryId],
+        ids: usize,
         extra: usize,
         effect: Effect,
         f: impl FnOnce(&mut Engine, &mut P, u64) -> BrokerResult<u64>,
     ) -> BrokerResult<u64> {
         self.admit()
-            .and_then(|()| P::check_group_change(call, stream, ids.len(), extra))?;
+            .and_then(|()| P::check_group_change(call, stream, ids, extra))?;
         self.change(stream, effect, f).map(|(out, _)| out)
+    }
+
+    /// A change to the claims `consumer` holds on `ids` entries (their
+    /// times, their counts), once the names are checked. A later idle time
+    /// makes nothing readable sooner: no wakeup (a blocking claiming read
+    /// finds the new time when it next looks).
+    fn claims_change(
+        &self,
+        call: &str,
+        (stream, group, consumer): (&str, &str, &str),
+        ids: usize,
+        f: impl FnOnce(&mut Engine, u64) -> BrokerResult<u64>,
+    ) -> BrokerResult<u64> {
+        check_stream_group(stream, group)
+            .and_then(|()| check_name(NameKind::Consumer, consumer))?;
+        self.group_change(call, stream, ids, 0, Effect::Quiet, |e, _, now| f(e, now))
     }
 
     /// Checks a publish of `messages` to `stream` before anything changes.
@@ -434,7 +450,7 @@ impl<P: Persistence> LocalBroker<P> {
     /// Acknowledges `ids` (see [`Broker::ack`]), on the spot.
     fn acked(&self, stream: &str, group: &str, ids: &[EntryId]) -> BrokerResult<u64> {
         // An ack makes nothing readable, so no wakeup is needed.
-        self.group_change("an ack", stream, ids, 0, Effect::Quiet, |e, _, _| {
+        self.group_change("an ack", stream, ids.len(), 0, Effect::Quiet, |e, _, _| {
             e.ack(stream, group, ids)
         })
     }
@@ -597,14 +613,14 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         ids: &'a [EntryId],
         how: Retry,
     ) -> BrokerFuture<'a, u64> {
-        ready(
-            self.group_change(
-                "a retry",
-                stream,
-                ids,
-                0,
-                Effect::Wakes,
-                |e, p, now| match how {
+        ready(self.group_change(
+            "a retry",
+            stream,
+            ids.len(),
+            0,
+            Effect::Wakes,
+            |e, p, now| {
+                match how {
                     Retry::Copy => e
                         .retry_copy_loading(stream, group, ids, now, |id| p.load_one(stream, id))
                         .map(|r| r.len() as u64),
@@ -612,9 +628,9 @@ impl<P: Persistence> Broker for LocalBroker<P> {
                         let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
                         e.retry_after(stream, group, ids, delay_ms, now)
                     }
-                },
-            ),
-        )
+                }
+            },
+        ))
     }
 
     fn dead_letter<'a>(
@@ -628,7 +644,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         ready(self.group_change(
             "a dead letter",
             stream,
-            ids,
+            ids.len(),
             extra,
             Effect::Quiet,
             |e, _, now| e.dead_letter(stream, group, ids, reason, now),
@@ -642,20 +658,26 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         consumer: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
-        let names = check_stream_group(stream, group)
-            .and_then(|()| check_name(NameKind::Consumer, consumer));
-        if let Err(error) = names {
-            return ready(Err(error));
-        }
-        // A later idle time makes nothing readable sooner: no wakeup. A
-        // blocking claiming read finds the new time when it next looks.
-        ready(self.group_change(
+        ready(self.claims_change(
             "an extend_claim",
-            stream,
-            ids,
-            0,
-            Effect::Quiet,
-            |e, _, now| e.extend_claim(stream, group, consumer, ids, now),
+            (stream, group, consumer),
+            ids.len(),
+            |e, now| e.extend_claim(stream, group, consumer, ids, now),
+        ))
+    }
+
+    fn count_deliveries<'a>(
+        &'a self,
+        stream: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        counts: &'a [(EntryId, u32)],
+    ) -> BrokerFuture<'a, u64> {
+        ready(self.claims_change(
+            "a count_deliveries",
+            (stream, group, consumer),
+            counts.len(),
+            |e, now| e.count_deliveries(stream, group, consumer, counts, now),
         ))
     }
 
@@ -674,7 +696,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         let deleted = self.group_change(
             "a delete_consumer",
             stream,
-            &[],
+            0,
             0,
             Effect::Quiet,
             |e, _, now| {
@@ -691,11 +713,14 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
-        ready(
-            self.group_change("a redrive", stream, ids, 0, Effect::Wakes, |e, _, now| {
-                e.redrive(stream, group, ids, now)
-            }),
-        )
+        ready(self.group_change(
+            "a redrive",
+            stream,
+            ids.len(),
+            0,
+            Effect::Wakes,
+            |e, _, now| e.redrive(stream, group, ids, now),
+        ))
     }
 
     fn discard<'a>(
@@ -704,11 +729,14 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         group: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
-        ready(
-            self.group_change("a discard", stream, ids, 0, Effect::Quiet, |e, _, _| {
-                e.discard(stream, group, ids)
-            }),
-        )
+        ready(self.group_change(
+            "a discard",
+            stream,
+            ids.len(),
+            0,
+            Effect::Quiet,
+            |e, _, _| e.discard(stream, group, ids),
+        ))
     }
 
     fn group_info<'a>(&'a self, stream: &'a str, group: &'a str) -> BrokerFuture<'a, GroupInfo> {

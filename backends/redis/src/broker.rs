@@ -257,7 +257,7 @@ impl Broker for RedisBroker {
     delegate_broker!(capability: check_mode);
     delegate_broker!(write: publish_batch, ensure_group, set_group_position);
     delegate_broker!(read: read);
-    delegate_broker!(settle: ack, retry, dead_letter, extend_claim, redrive, discard);
+    delegate_broker!(settle: ack, retry, dead_letter, extend_claim, count_deliveries, redrive, discard);
     delegate_broker!(consumers: delete_consumer);
     delegate_broker!(inspect: group_info, streams, consumers, pending, dead_letters, range);
     delegate_broker!(inspect: stream_info, trim);

@@ -113,6 +113,7 @@
 //! | retry after a delay, nack | `XACK` and an entry in the due set, in one script |
 //! | dead letter, redrive, discard | scripts over the dead-letter stream and index |
 //! | extend claim | `XCLAIM ... 0 ... JUSTID` (no delivery counted) of the ids `XPENDING` shows under the consumer and the stream still holds, in one script |
+//! | count deliveries | `XCLAIM ... 0 <id> RETRYCOUNT <n> JUSTID` per id that `XPENDING` shows under the consumer (the count raised, never lowered) and the stream still holds, in one script |
 //! | group info | `XINFO GROUPS` (lag, pending, consumers, cursor) |
 //! | consumers, pending | `XINFO CONSUMERS`, `XPENDING` plus the due set |
 //!

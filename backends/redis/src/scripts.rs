@@ -74,6 +74,7 @@ scripts!(
     redrive,
     discard,
     extend_claim,
+    count_deliveries,
     delete_consumer,
     dead_letters,
     pending,

@@ -208,6 +208,7 @@ where
                 Wake::Stop => self.on_stop(),
                 Wake::Deadline => self.on_deadline(),
             }
+            self.lanes.take_reruns(self.decisions.reruns());
             if !self.decisions.is_empty() {
                 // One hand-over per wake, however many entries finished.
                 self.outbox.push(&mut self.decisions);

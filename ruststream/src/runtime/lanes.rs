@@ -246,6 +246,11 @@ pub(super) struct Lanes<F> {
     pub(super) lanes: Vec<Lane<F>>,
     pub(super) by_key: bool,
     keep_copies: bool,
+    /// Held entries started again since the last [`Lanes::take_reruns`],
+    /// each with its delivery count at the broker for that run (this run
+    /// included): deliveries no read made, which the broker is told of
+    /// (`Broker::count_deliveries`).
+    reruns: Vec<(EntryId, u32)>,
 }
 
 impl<F: Future<Output = Decided>> Lanes<F> {
@@ -255,7 +260,14 @@ impl<F: Future<Output = Decided>> Lanes<F> {
             lanes: (0..lanes).map(|_| Lane::new()).collect(),
             by_key,
             keep_copies: observed || by_key,
+            reruns: Vec::new(),
         }
+    }
+
+    /// Moves the held entries started again since the last call (see
+    /// `reruns`) into `into`.
+    pub(super) fn take_reruns(&mut self, into: &mut Vec<(EntryId, u32)>) {
+        into.append(&mut self.reruns);
     }
 
     /// Queues a read batch's deliveries: each on its key's lane with
@@ -312,6 +324,7 @@ impl<F: Future<Output = Decided>> Lanes<F> {
             shared,
             lanes,
             keep_copies,
+            reruns,
             ..
         } = self;
         let lane = &mut lanes[lane];
@@ -328,7 +341,11 @@ impl<F: Future<Output = Decided>> Lanes<F> {
                     lane.free();
                     return false;
                 }
-                lane.held.take().map(|h| (h.delivery, true))
+                let rerun = lane.held.take().map(|h| (h.delivery, true));
+                if let Some((delivery, _)) = &rerun {
+                    reruns.push((delivery.id(), delivery.delivery_count.saturating_add(1)));
+                }
+                rerun
             }
             // A held entry keeps its keys' later entries waiting.
             Some(_) => shared.pop_front().map(|d| (d, false)),

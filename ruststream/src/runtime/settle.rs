@@ -11,7 +11,9 @@
 //! - the subscription's task puts decisions into a [`SettleBatch`] and
 //!   hands it to the settler through the [`Outbox`];
 //! - the settler applies a batch as broker calls (`ack`, `retry`,
-//!   `dead_letter`), each made again until it lands ([`settle_call`]).
+//!   `dead_letter`), each made again until it lands ([`settle_call`]);
+//!   with them go the delivery counts of held entries a `by_key` lane ran
+//!   again (`count_deliveries`), which settle nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -195,6 +197,10 @@ pub(super) struct SettleBatch {
     handed_back: Vec<EntryId>,
     /// Retries left pending in place (`Decision::Leave`).
     left: u64,
+    /// Held entries run again on their `by_key` lanes, with their delivery
+    /// counts for the broker (`Broker::count_deliveries`). Not decisions:
+    /// they settle nothing and are not in `count`.
+    reruns: Vec<(EntryId, u32)>,
 }
 
 impl SettleBatch {
@@ -222,7 +228,12 @@ impl SettleBatch {
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.count == 0
+        self.count == 0 && self.reruns.is_empty()
+    }
+
+    /// Where the held entries run again go (see `reruns`).
+    pub(super) fn reruns(&mut self) -> &mut Vec<(EntryId, u32)> {
+        &mut self.reruns
     }
 
     /// Moves `other`'s decisions into this batch.
@@ -234,6 +245,7 @@ impl SettleBatch {
         self.dead.append(&mut other.dead);
         self.handed_back.append(&mut other.handed_back);
         self.left += std::mem::take(&mut other.left);
+        self.reruns.append(&mut other.reruns);
     }
 
     /// Applies the batch, in broker calls of at most `SETTLE_BATCH`
@@ -246,6 +258,16 @@ impl SettleBatch {
         let counters = &env.counters;
         self.count = 0;
         counters.settled_as(Outcome::Retry, std::mem::take(&mut self.left));
+        // First: a re-run's count reaches the broker before anything later
+        // in the batch hands its entry back.
+        for counts in self.reruns.chunks(SETTLE_BATCH) {
+            let consumer = env.consumer.as_str();
+            settle_call(settler, "count deliveries", counts.len(), || {
+                broker.count_deliveries(stream, group, consumer, counts)
+            })
+            .await;
+        }
+        self.reruns.clear();
         for ids in self.acks.chunks(SETTLE_BATCH) {
             let now = || broker.ack_now(stream, group, ids);
             if settle_call_now(settler, "ack", ids.len(), now, || {

@@ -164,6 +164,27 @@ pub(super) async fn extend_claim(
     Ok(extended.await?.unwrap_or(0))
 }
 
+/// Raises the delivery counts of those of `counts` that `consumer` holds
+/// (see `lua/count_deliveries.lua`).
+pub(super) async fn count_deliveries(
+    broker: &RedisBroker,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    counts: &[(EntryId, u32)],
+) -> BrokerResult<u64> {
+    check_names(stream, Some(group), Some(consumer))?;
+    if counts.is_empty() {
+        return Ok(0);
+    }
+    let scope = broker.scope(stream, Some(group));
+    broker
+        .script(scope, |s, conn| {
+            s.count_deliveries(conn, stream, group, consumer, counts)
+        })
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

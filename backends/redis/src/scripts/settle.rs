@@ -157,6 +157,25 @@ impl Scripts {
             .ids(ids);
         Ok(call.invoke(&mut conn).await?)
     }
+
+    /// `count_deliveries.lua`: raises the delivery counts of those of
+    /// `counts` that `consumer` holds; returns how many.
+    pub(crate) async fn count_deliveries(
+        &self,
+        mut conn: Conn,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+        counts: &[(EntryId, u32)],
+    ) -> Result<u64, ScriptError> {
+        let mut call = Call::new(&self.count_deliveries, &[stream])
+            .arg(group)
+            .arg(consumer);
+        for (id, times) in counts {
+            call = call.arg(id.to_text().as_bytes()).arg(*times);
+        }
+        Ok(call.invoke(&mut conn).await?)
+    }
 }
 
 /// A call of a script that may plan appends too big for it instead of
