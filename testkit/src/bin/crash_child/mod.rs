@@ -121,6 +121,8 @@ fn run(
                 return ExitCode::FAILURE;
             }
         };
+        // The groups exist from here on.
+        println!("STARTED");
         if drain {
             for _ in 0..600 {
                 tokio::time::sleep(Duration::from_millis(50)).await;
