@@ -7,6 +7,10 @@
 //! read does, and what both attempts claimed is pending under the consumer
 //! for the caller's re-check to hand back.
 //!
+//! A look at the consumer's own pending list with an idle bound (the
+//! recovery read after a restart) claims what it hands out; found again,
+//! it reads every own entry instead, so none is left behind.
+//!
 //! The reply is lost for real: the stream's master runs a busy script for
 //! half a second while the read and a `CLIENT KILL` of every other client
 //! queue behind it; when the script ends the master runs the read, then
@@ -191,4 +195,47 @@ async fn a_read_the_cluster_client_sends_twice_fails_and_nothing_is_stranded() {
         noticed, 1,
         "no `reclaim` read found its mark in {TRIES} tries"
     );
+
+    // A look at the own pending list with an idle bound (a restarted
+    // process's recovery read): the first attempt claims the idle entries,
+    // which makes them fresh, so a second attempt would find none idle
+    // and hand out nothing. Found again, it reads them all, idle or not.
+    let min_idle = Duration::from_millis(1_000);
+    let mut sent_twice = 0;
+    for _ in 0..TRIES {
+        let (stream, sent) = two_entries(&broker, "own").await;
+        let read = ReadRequest::new(&stream, "g", "c", ReadMode::New, 2);
+        assert_eq!(
+            broker.read(read).await.unwrap().deliveries.len(),
+            sent.len()
+        );
+        tokio::time::sleep(min_idle + Duration::from_millis(100)).await;
+        let (reader, s) = (broker.clone(), stream.clone());
+        let read = with_lost_reply(&cluster, &stream, async move {
+            let mode = ReadMode::OwnPending {
+                after: EntryId::ZERO,
+                min_idle,
+            };
+            reader.read(ReadRequest::new(&s, "g", "c", mode, 10)).await
+        })
+        .await;
+        let Ok(batch) = read else {
+            continue; // a failed read: the caller's re-check covers it
+        };
+        let handed: Vec<EntryId> = batch.deliveries.iter().map(|d| d.id()).collect();
+        assert_eq!(handed, sent, "the look handed out every own pending entry");
+        // Delivered by the read before the kill, then by both attempts.
+        let counts: Vec<u32> = broker
+            .pending(&stream, "g", EntryId::ZERO, 10, None)
+            .await
+            .unwrap()
+            .iter()
+            .map(|p| p.times_delivered)
+            .collect();
+        if counts == [3, 3] {
+            sent_twice += 1;
+            break;
+        }
+    }
+    assert_eq!(sent_twice, 1, "no look was sent twice in {TRIES} tries");
 }

@@ -344,6 +344,24 @@ pub(crate) fn cache_limit(options: &FileLogOptions) -> usize {
     usize::try_from(options.cache_bytes).unwrap_or(usize::MAX)
 }
 
+/// The newest generation of group state in `state_dir`: the highest
+/// `snapshot-<g>.bin` (0 with none).
+fn newest_generation(state_dir: &Path) -> BrokerResult<u64> {
+    let mut generation = 0;
+    for item in fs::read_dir(state_dir).map_err(|e| io_error(state_dir, e))? {
+        let item = item.map_err(|e| io_error(state_dir, e))?;
+        let name = item.file_name().to_string_lossy().into_owned();
+        if let Some(g) = name
+            .strip_prefix("snapshot-")
+            .and_then(|n| n.strip_suffix(".bin"))
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            generation = generation.max(g);
+        }
+    }
+    Ok(generation)
+}
+
 /// Opens (creating if needed) the file log in `dir`; read-only, it must
 /// exist, and nothing is created, repaired or removed.
 pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> BrokerResult<Opened> {
@@ -410,19 +428,12 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
     }
 
     // Group state: the newest snapshot, then its journal.
-    let mut generation = 0;
+    let generation = newest_generation(&state_dir)?;
     let mut old_files = Vec::new();
     for item in fs::read_dir(&state_dir).map_err(|e| io_error(&state_dir, e))? {
         let item = item.map_err(|e| io_error(&state_dir, e))?;
-        let name = item.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".tmp") {
+        if item.file_name().to_string_lossy().ends_with(".tmp") {
             old_files.push(item.path());
-        } else if let Some(g) = name
-            .strip_prefix("snapshot-")
-            .and_then(|n| n.strip_suffix(".bin"))
-            .and_then(|n| n.parse::<u64>().ok())
-        {
-            generation = generation.max(g);
         }
     }
     let mut trims: HashMap<String, Trims> = HashMap::new();
@@ -437,11 +448,14 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
     // compaction may have replaced it since. A `NotFound` makes
     // `open_read_only` list the directory again, rather than open a view
     // with none (or only part) of the group state.
-    if !own && (generation > 0 && !snapshot.exists() || !journal.exists()) {
-        return Err(io_error(
+    let replaced = |what: &str| {
+        io_error(
             &journal,
-            std::io::Error::new(std::io::ErrorKind::NotFound, "state replaced while read"),
-        ));
+            std::io::Error::new(std::io::ErrorKind::NotFound, format!("{what} while read")),
+        )
+    };
+    if !own && generation > 0 && !snapshot.exists() {
+        return Err(replaced("the snapshot was replaced"));
     }
     if snapshot.exists() {
         snapshot_bytes = replay_snapshot(&snapshot, access, &mut apply)?;
@@ -449,11 +463,14 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
     let journal_bytes = if journal.exists() {
         replay_journal(&journal, access, &mut apply)?
     } else if !own {
-        // Replaced by the holder's compaction since it was listed.
-        return Err(io_error(
-            &journal,
-            std::io::Error::new(std::io::ErrorKind::NotFound, "journal replaced while read"),
-        ));
+        // Either the holder's compaction replaced this generation since it
+        // was listed (a newer one is there now: list again), or a
+        // compaction stopped between its snapshot and its journal (a crash):
+        // the snapshot is then the whole state, as a writer's open finds.
+        if newest_generation(&state_dir)? != generation || (generation > 0 && !snapshot.exists()) {
+            return Err(replaced("the journal was replaced"));
+        }
+        0
     } else {
         create_with_header(&syncer, &journal, &format::file_header(format::JOURNAL_TAG))?;
         format::FILE_HEADER_LEN as u64

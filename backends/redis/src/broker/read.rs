@@ -146,10 +146,12 @@ async fn read_script(
         ReadMode::Reclaim { .. } => cursors.get(req),
         _ => None,
     };
-    // A re-sent listing of the own pending list hands out the same
-    // entries again: only the modes that claim carry a mark.
+    // A re-read of the own pending list with no idle bound hands out the
+    // same entries again when sent twice: only reads that claim carry a
+    // mark (one with an idle bound claims: its `XCLAIM` makes what it takes
+    // fresh, so a second attempt would pass those over).
     let mark = match req.mode {
-        ReadMode::OwnPending { .. } if !owed_only => None,
+        ReadMode::OwnPending { min_idle, .. } if !owed_only && min_idle.is_zero() => None,
         _ => ReadMark::for_read(broker, req, Duration::ZERO),
     };
     let mut read = broker

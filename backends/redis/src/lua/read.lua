@@ -15,7 +15,8 @@
 --
 -- Reply { 'resent' }: the mark held this call's own token, so an earlier
 -- attempt of it ran (the cluster client sent it again after losing the
--- reply); nothing changed.
+-- reply); nothing changed. A re-sent look at the own pending list is read
+-- again instead, with no idle bound (see below).
 --
 -- Reply: { deliveries, dead-lettered ids, dropped ids, meta, set aside }
 -- where a delivery is { id, fields, delivery count, idle ms }, meta is
@@ -63,8 +64,14 @@ end
 local TOKEN = ARGV[8]
 if TOKEN ~= '' then
   local seen = redis.pcall('SET', KEYS[7], TOKEN, 'GET', 'PX', ARGV[9])
-  if seen == TOKEN then
+  if seen == TOKEN and MODE ~= 'own' then
     return { 'resent' }
+  elseif seen == TOKEN then
+    -- The first attempt claimed the idle entries of the own pending list,
+    -- which made them fresh: this one reads every own entry after POS,
+    -- idle or not, so that none is left handed to no one (an entry a live
+    -- twin with this name runs may come too: a duplicate, not a loss).
+    MIN_IDLE = '0'
   end
 end
 
