@@ -10,7 +10,7 @@ use crate::metrics::ErrorKind;
 
 use super::lanes::Started;
 use super::settle::{Decided, Decision};
-use super::{Counters, Env};
+use super::{Backoff, Counters, Env};
 use crate::observe::{Handled, Settlement};
 use crate::{Context, HandlerOutcome, ReplyTarget, Settle, Subscriber};
 
@@ -29,6 +29,11 @@ macro_rules! report {
         }
     }};
 }
+
+/// How long a reply whose publish fails for a transient reason is
+/// published again in place before its entry is retried instead (the
+/// handler then runs again). Long enough for a Redis Cluster failover.
+const REPLY_RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One subscription as its task runs it: the user's subscriber and the
 /// environment it runs in. (`workers(n)` are its lanes, see `lanes`.)
@@ -292,14 +297,36 @@ impl<S: Subscriber> Pipeline<S> {
             ReplyTarget::OwnStream => own,
             ReplyTarget::Stream(s) => s.as_str(),
         };
-        // The span the handler ran in, if any, is current here: the reply
-        // joins its trace (`publish_raw` adds its context).
-        match self
-            .env
-            .publisher
-            .publish_raw(stream, Message::new(payload))
-            .await
-        {
+        // A transient failure is the broker's (a failover, a lost
+        // connection): the reply is published again here, with backoff, for
+        // up to `REPLY_RETRY_WINDOW`, rather than running the handler again
+        // for it. The entry stays in flight meanwhile (its claim kept
+        // alive), and so does the lane: replies that cannot be published
+        // hold the subscription back, as settles that cannot be applied do.
+        let mut retrying: Option<(Backoff, tokio::time::Instant)> = None;
+        let published = loop {
+            // The span the handler ran in, if any, is current here: the
+            // reply joins its trace (`publish_raw` adds its context).
+            let attempt = Message::new(payload.clone());
+            match self.env.publisher.publish_raw(stream, attempt).await {
+                Err(error) if error.is_transient() => {
+                    let (backoff, since) = retrying
+                        .get_or_insert_with(|| (Backoff::new(), tokio::time::Instant::now()));
+                    if since.elapsed() >= REPLY_RETRY_WINDOW {
+                        break Err(error);
+                    }
+                    let delay = backoff.next_delay();
+                    report!(
+                        self,
+                        delivery,
+                        warn!(reply_stream = stream, %error, retry_in = ?delay, "reply not published; publishing it again")
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+                other => break other,
+            }
+        };
+        match published {
             Ok(reply_id) => {
                 tracing::debug!(reply_stream = stream, %reply_id, "reply published");
                 let settlement = Settlement::Replied {
@@ -311,7 +338,7 @@ impl<S: Subscriber> Pipeline<S> {
                 report!(
                     self,
                     delivery,
-                    error!(reply_stream = stream, %error, "reply not published; entry will be retried")
+                    error!(reply_stream = stream, %error, "reply not published for {REPLY_RETRY_WINDOW:?}; entry will be retried")
                 );
                 self.retry(
                     id,
