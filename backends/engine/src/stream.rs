@@ -38,6 +38,11 @@ pub(crate) struct StreamState {
     pub(crate) log: Option<Vec<StreamChange>>,
     /// Payload bytes held in memory (`None`: every payload).
     pub(crate) cache: Option<usize>,
+    /// While a rebuild runs (see [`crate::journal`]): entries a replayed
+    /// trim or release let go of, in case a retry copy of one turns out to
+    /// be missing (the original then comes back). Emptied when the rebuild
+    /// ends.
+    pub(crate) set_aside: BTreeMap<EntryId, Stored>,
 }
 
 /// A change to a stream itself, before it is named in a [`Change`].
@@ -110,20 +115,28 @@ impl StreamState {
         self.groups.values().any(|g| g.holds(id))
     }
 
-    /// Whether `stored` is a retry copy its group has not read yet: the
-    /// original is already acked, so the copy is the only record of work
-    /// still owed and must survive trimming like a pending entry.
+    /// Whether a group has yet to read `stored`: its cursor is before it,
+    /// and the entry is for that group (a retry copy is for its own group
+    /// only). A retry copy's original is already acked, so the unread copy
+    /// is the only record of work still owed; an entry kept past a trim
+    /// for one group's sake is still in the stream for a group made or
+    /// moved behind it since.
+    fn unread(&self, stored: &Stored) -> bool {
+        self.groups
+            .iter()
+            .any(|(name, g)| g.cursor < stored.id && stored.view().is_for(name))
+    }
+
+    /// Whether `stored` is a retry copy its group has yet to read: an
+    /// explicit trim keeps those (and pending and dead entries), not other
+    /// unread entries.
     fn unread_copy(&self, stored: &Stored) -> bool {
-        stored.copy.as_ref().is_some_and(|c| {
-            self.groups
-                .get(&c.group)
-                .is_some_and(|g| g.cursor < stored.id)
-        })
+        stored.copy.is_some() && self.unread(stored)
     }
 
     /// Drops retained entries that no group needs any more: not pending
-    /// or dead in any group, and not a retry copy its group has yet to read
-    /// (the ids come from callers, which may name any id).
+    /// or dead in any group, and not yet read by a group it is for (the ids
+    /// come from callers, which may name any id).
     pub(crate) fn release(&mut self, ids: impl IntoIterator<Item = EntryId>) {
         if self.retained.is_empty() {
             return;
@@ -132,7 +145,7 @@ impl StreamState {
         for id in ids {
             let needed = match self.retained.get(&id) {
                 None => continue,
-                Some(stored) => self.pinned(&id) || self.unread_copy(stored),
+                Some(stored) => self.pinned(&id) || self.unread(stored),
             };
             if !needed {
                 self.retained.remove(&id);

@@ -88,3 +88,49 @@ async fn the_default_bounds_a_stream_and_unbounded_keeps_all() {
     publish(&all, "s", 1_000).await;
     assert_eq!(length(&all, "s").await, 1_000);
 }
+
+/// An entry kept past the bound because one group had it pending stays in
+/// the stream for a group made behind it since: when the first group acks
+/// it, the later group still reads it (its lag counted it).
+#[tokio::test(start_paused = true)]
+async fn a_kept_entry_a_later_group_has_not_read_stays_when_another_acks_it() {
+    let b = with_retention(MemoryRetention {
+        max_len: Some(10),
+        max_age: None,
+    });
+    b.ensure_group("s", "first", StreamStart::Beginning)
+        .await
+        .unwrap();
+    publish(&b, "s", 1).await;
+    let held = b
+        .read(ReadRequest::new("s", "first", "c", ReadMode::New, 1))
+        .await
+        .unwrap();
+    let x = held.deliveries[0].id();
+    publish(&b, "s", 30).await;
+    let rest = b
+        .read(ReadRequest::new("s", "first", "c", ReadMode::New, 100))
+        .await
+        .unwrap();
+    let rest: Vec<EntryId> = rest.deliveries.iter().map(|d| d.id()).collect();
+    b.ack("s", "first", &rest).await.unwrap();
+    publish(&b, "s", 1).await;
+    let range = b
+        .range("s", EntryId::ZERO, EntryId::MAX, 100)
+        .await
+        .unwrap();
+    assert_eq!(range[0].id, x, "kept while pending");
+
+    b.ensure_group("s", "later", StreamStart::Beginning)
+        .await
+        .unwrap();
+    let lag = b.group_info("s", "later").await.unwrap().lag;
+    b.ack("s", "first", &[x]).await.unwrap();
+    let read = b
+        .read(ReadRequest::new("s", "later", "c", ReadMode::New, 100))
+        .await
+        .unwrap();
+    let got: Vec<EntryId> = read.deliveries.iter().map(|d| d.id()).collect();
+    assert_eq!(got.len() as u64, lag, "`later` was told of {lag} entries");
+    assert_eq!(got[0], x);
+}
