@@ -332,13 +332,17 @@ impl Engine {
                     };
                     if keep.binary_search(&front.id).is_ok() {
                         s.retained.insert(front.id, front);
+                    } else {
+                        s.set_aside.insert(front.id, front);
                     }
                 }
             }
             Change::Released { stream, ids } => {
                 if let Some(s) = self.streams.get_mut(&stream) {
                     for id in ids {
-                        s.retained.remove(&id);
+                        if let Some(stored) = s.retained.remove(&id) {
+                            s.set_aside.insert(id, stored);
+                        }
                     }
                 }
             }
@@ -380,18 +384,31 @@ impl Engine {
             if let Some(cursor) = s.groups.values().map(|g| g.cursor).max() {
                 s.last_id = s.last_id.max(cursor);
             }
+            let mut set_aside = std::mem::take(&mut s.set_aside);
+            let mut revived = Vec::new();
             for (group, g) in &mut s.groups {
-                // A copy not on disk: its original is owed again. (An
-                // original missing too is dropped below, as dangling.)
+                // A copy not on disk: its original is owed again. The
+                // original may have been let go of by a trim or a release
+                // the copy allowed (its bytes are still on disk: a segment
+                // goes only once what lets it go is durable, the copy
+                // included); it is then kept again. (An original missing
+                // too is dropped below, as dangling.)
                 let present =
                     |id: EntryId| s.retained.contains_key(&id) || s.entries.find(id).is_some();
                 for (copy, chain) in std::mem::take(&mut g.copies) {
                     if present(copy) {
                         continue;
                     }
-                    let Some(&(id, p)) = chain.iter().find(|(id, _)| present(*id)) else {
+                    let original = chain
+                        .iter()
+                        .find(|(id, _)| present(*id))
+                        .or_else(|| chain.iter().find(|(id, _)| set_aside.contains_key(id)));
+                    let Some(&(id, p)) = original else {
                         continue;
                     };
+                    if !present(id) {
+                        revived.push(id);
+                    }
                     g.take_pending(id);
                     g.put_pending(
                         id,
@@ -403,6 +420,11 @@ impl Engine {
                     report.uncopied.push((name.clone(), group.clone(), id));
                 }
                 g.reindex_held();
+            }
+            for id in revived {
+                if let Some(stored) = set_aside.remove(&id) {
+                    s.retained.insert(id, stored);
+                }
             }
             let mut missing = Vec::new();
             for (group, g) in &s.groups {

@@ -502,6 +502,14 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
             "an entry was retried with a copy that never reached the disk (a power failure): owed again"
         );
     }
+    // An original owed again may have been let go of by a trim or a release
+    // its lost copy allowed: the engine kept it again, and so must its
+    // segment be.
+    for (stream, _, id) in &report.uncopied {
+        if let Some(t) = trims.get_mut(stream).filter(|t| *id < t.below) {
+            t.kept.insert(*id);
+        }
+    }
     for (stream, trim) in trims {
         if let Some(files) = streams.get_mut(&stream) {
             files.trims = trim;

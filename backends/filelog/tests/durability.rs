@@ -559,3 +559,67 @@ async fn a_segment_a_retry_copy_lets_go_is_removed_only_once_the_copy_is_durable
         "the segment was removed before the retry that let it go was durable: {retried:?}"
     );
 }
+
+/// Reopens `dir` after a power failure that kept the journal but cut the
+/// segment back to `durable` bytes (the retry's copy never reached the
+/// disk), and checks that `id` is owed again.
+async fn owed_again_after_losing_the_copy(dir: &Path, segment: &Path, durable: u64, id: EntryId) {
+    OpenOptions::new()
+        .write(true)
+        .open(segment)
+        .unwrap()
+        .set_len(durable)
+        .unwrap();
+    let b = FileLogBroker::open(dir).unwrap();
+    let pending = b
+        .pending("jobs", "g1", EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    let owed: Vec<EntryId> = pending.iter().map(|p| p.id).collect();
+    assert_eq!(owed, [id], "the original comes back owed: {pending:?}");
+    let again = b
+        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert_eq!(again.deliveries[0].id(), id);
+    assert_eq!(again.deliveries[0].entry.payload(), b"job");
+}
+
+/// An entry a trim kept (pending) and then retried with a copy is let go
+/// of by the retry (its release); if the copy does not reach the disk, the
+/// original is owed again all the same.
+#[tokio::test]
+async fn a_kept_entry_retried_with_a_copy_lost_to_a_power_failure_comes_back_owed() {
+    let dir = TempDir::new();
+    let b = common::open_with_jobs_group(&dir.0).await;
+    let id = b.publish("jobs", msg("job")).await.unwrap();
+    let read = ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1);
+    assert_eq!(b.read(read).await.unwrap().deliveries.len(), 1);
+    let later = b.publish("jobs", msg("later")).await.unwrap();
+    b.trim("jobs", Trim::MinId(later)).await.unwrap();
+    b.sync().await.unwrap();
+    let segment = segments(&dir.0, "jobs")[0].clone();
+    let durable = fs::metadata(&segment).unwrap().len();
+    assert_eq!(b.retry("jobs", "g1", &[id], Retry::Copy).await.unwrap(), 1);
+    drop(b);
+    owed_again_after_losing_the_copy(&dir.0, &segment, durable, id).await;
+}
+
+/// A trim right after a retry with a copy drops the original (settled by
+/// the retry); if the copy does not reach the disk, the original is owed
+/// again all the same.
+#[tokio::test]
+async fn a_trim_after_a_retry_copy_lost_to_a_power_failure_leaves_the_original_owed() {
+    let dir = TempDir::new();
+    let b = common::open_with_jobs_group(&dir.0).await;
+    let id = b.publish("jobs", msg("job")).await.unwrap();
+    let read = ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1);
+    assert_eq!(b.read(read).await.unwrap().deliveries.len(), 1);
+    b.sync().await.unwrap();
+    let segment = segments(&dir.0, "jobs")[0].clone();
+    let durable = fs::metadata(&segment).unwrap().len();
+    assert_eq!(b.retry("jobs", "g1", &[id], Retry::Copy).await.unwrap(), 1);
+    b.trim("jobs", Trim::MaxLen(1)).await.unwrap();
+    drop(b);
+    owed_again_after_losing_the_copy(&dir.0, &segment, durable, id).await;
+}
