@@ -121,3 +121,26 @@ async fn publishing_applies_the_rule_and_a_stream_without_groups_is_bounded() {
     // A missing stream is nothing to trim.
     assert_eq!(broker.apply_retention(&unique("none")).await.unwrap(), 0);
 }
+
+/// The length rule keeps exactly the newest `max_len` entries, whether the
+/// stream is a little over its bound (the cut found from the oldest end,
+/// as at steady state) or far over it (from the newest end).
+#[tokio::test]
+async fn the_length_rule_keeps_the_newest_entries_a_little_or_far_over_the_bound() {
+    let plain = RedisBroker::standalone(url());
+    let broker = keeping(RedisRetention {
+        max_len: Some(10),
+        max_age: None,
+    });
+    for (total, what) in [(13, "little"), (40, "far")] {
+        let stream = unique(&format!("retain-{what}"));
+        let ids = publish(&plain, &stream, total).await;
+        let removed = broker.apply_retention(&stream).await.unwrap();
+        assert_eq!(removed, total as u64 - 10, "{what} over");
+        assert_eq!(
+            left(&plain, &stream).await,
+            ids[total - 10..],
+            "{what} over"
+        );
+    }
+}

@@ -18,11 +18,21 @@ if redis.call('EXISTS', S) == 0 then
   return {0, ''}
 end
 
--- The rule's cut: entries before it may go.
+-- The rule's cut: entries before it may go. By length it is the oldest
+-- entry kept, found from whichever end is nearer: at steady state a pass
+-- finds a stream just over its bound, and walks the few entries over it
+-- rather than the many it keeps.
 local cut = nil
-if MAX_LEN > 0 and redis.call('XLEN', S) > MAX_LEN then
-  local kept = redis.call('XREVRANGE', S, '+', '-', 'COUNT', MAX_LEN)
-  cut = kept[#kept][1]
+local len = redis.call('XLEN', S)
+if MAX_LEN > 0 and len > MAX_LEN then
+  local over = len - MAX_LEN
+  if over < MAX_LEN then
+    local oldest = redis.call('XRANGE', S, '-', '+', 'COUNT', over + 1)
+    cut = oldest[#oldest][1]
+  else
+    local kept = redis.call('XREVRANGE', S, '+', '-', 'COUNT', MAX_LEN)
+    cut = kept[#kept][1]
+  end
 end
 if MAX_AGE > 0 then
   local by_age = tostring(math.max(now_ms() - MAX_AGE, 0)) .. '-0'
