@@ -22,8 +22,12 @@ pub enum SyncPolicy {
 }
 
 /// Retention: old entries are deleted in whole segments, and never while a
-/// group still has one of them pending or dead-lettered (such a segment
-/// stays until they are settled).
+/// group still has one of them pending or dead-lettered, or a retry copy
+/// its group has not read (such a segment stays until they are settled).
+/// Unlike the memory broker's and Redis's retention, it does not wait for
+/// groups to read plain entries: a segment past the size or age bound goes
+/// even if a group lags behind it (the group then reads on from the
+/// oldest entry kept). Size the bounds for the slowest group's lag.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
     /// Keep each stream's segments under this many bytes (the active
