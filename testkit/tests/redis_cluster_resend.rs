@@ -107,6 +107,22 @@ async fn two_entries(broker: &RedisBroker, what: &str) -> (String, Vec<EntryId>)
     (stream, sent)
 }
 
+/// [`two_entries`], both read by `consumer` and left pending past
+/// `min_idle`.
+async fn two_idle_entries(
+    broker: &RedisBroker,
+    what: &str,
+    consumer: &str,
+    min_idle: Duration,
+) -> (String, Vec<EntryId>) {
+    let (stream, sent) = two_entries(broker, what).await;
+    let read = ReadRequest::new(&stream, "g", consumer, ReadMode::New, 2);
+    let read = broker.read(read).await.unwrap();
+    assert_eq!(read.deliveries.len(), sent.len());
+    tokio::time::sleep(min_idle + Duration::from_millis(100)).await;
+    (stream, sent)
+}
+
 /// Checks one lost-reply read of `consumer` on `stream`: a read that
 /// succeeded holds every entry the consumer now has pending (none is
 /// stranded); one that found its mark leaves `marked` entries pending for
@@ -170,13 +186,7 @@ async fn a_read_the_cluster_client_sends_twice_fails_and_nothing_is_stranded() {
     let min_idle = Duration::from_millis(1_500);
     let mut noticed = 0;
     for _ in 0..TRIES {
-        let (stream, sent) = two_entries(&broker, "reclaim").await;
-        let read = ReadRequest::new(&stream, "g", "old", ReadMode::New, 2);
-        assert_eq!(
-            broker.read(read).await.unwrap().deliveries.len(),
-            sent.len()
-        );
-        tokio::time::sleep(min_idle + Duration::from_millis(100)).await;
+        let (stream, _) = two_idle_entries(&broker, "reclaim", "old", min_idle).await;
         let (reader, s) = (broker.clone(), stream.clone());
         let read = with_lost_reply(&cluster, &stream, async move {
             let mode = ReadMode::Reclaim { min_idle };
@@ -203,13 +213,7 @@ async fn a_read_the_cluster_client_sends_twice_fails_and_nothing_is_stranded() {
     let min_idle = Duration::from_millis(1_000);
     let mut sent_twice = 0;
     for _ in 0..TRIES {
-        let (stream, sent) = two_entries(&broker, "own").await;
-        let read = ReadRequest::new(&stream, "g", "c", ReadMode::New, 2);
-        assert_eq!(
-            broker.read(read).await.unwrap().deliveries.len(),
-            sent.len()
-        );
-        tokio::time::sleep(min_idle + Duration::from_millis(100)).await;
+        let (stream, sent) = two_idle_entries(&broker, "own", "c", min_idle).await;
         let (reader, s) = (broker.clone(), stream.clone());
         let read = with_lost_reply(&cluster, &stream, async move {
             let mode = ReadMode::OwnPending {
