@@ -15,8 +15,10 @@ use crate::{Engine, GroupChange};
 pub(crate) struct Group {
     pub(crate) cursor: EntryId,
     pub(crate) pending: IdMap<Pending>,
-    /// Held entries as (last delivery time, id), in delivery order, which is
-    /// time order while the clock does not step back. Kept lazily: acks and
+    /// Held entries as (last delivery time, id), in time order: in delivery
+    /// order, but for a record with a time before the last one's (after a
+    /// reopen whose wall clock is behind the times the log holds), which
+    /// goes in its place. Kept lazily: acks and
     /// redeliveries leave stale records behind, which reads drop from the
     /// front (and compact when they pile up), so the hot path pays one
     /// push per delivery instead of two tree updates.
@@ -216,7 +218,15 @@ impl Group {
             self.unindex(id, &old);
         }
         match p.claim {
-            Claim::Held { .. } => self.held_by_time.push_back((p.since_ms, id)),
+            Claim::Held { .. } => match self.held_by_time.back() {
+                Some(&(last, _)) if last > p.since_ms => {
+                    // Reads stop at the first record not yet idle: one out
+                    // of order would hide idle entries behind it.
+                    let at = self.held_by_time.partition_point(|&(t, _)| t <= p.since_ms);
+                    self.held_by_time.insert(at, (p.since_ms, id));
+                }
+                _ => self.held_by_time.push_back((p.since_ms, id)),
+            },
             Claim::Owed { due_ms } => {
                 self.owed_by_time.insert((due_ms, id));
             }

@@ -623,3 +623,46 @@ async fn a_trim_after_a_retry_copy_lost_to_a_power_failure_leaves_the_original_o
     drop(b);
     owed_again_after_losing_the_copy(&dir.0, &segment, durable, id).await;
 }
+
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+/// The log's times are wall-clock milliseconds. A run whose clock was an
+/// hour ahead (then set right) leaves delivery times in the future; after
+/// the reopen, an entry delivered and left idle for `min_idle` by the
+/// broker's clock is claimed all the same, not held up behind the older
+/// records until the clock catches up.
+#[test]
+fn an_idle_entry_is_claimed_after_a_reopen_whose_clock_stepped_back() {
+    let dir = TempDir::new();
+    let min_idle = Duration::from_secs(30);
+    paused_runtime().block_on(async {
+        let b = FileLogBroker::open(&dir.0).unwrap();
+        ensure_g1(&b, "jobs", StreamStart::Beginning).await;
+        tokio::time::advance(Duration::from_secs(3_600)).await;
+        b.publish("jobs", msg("a")).await.unwrap();
+        let read = ReadRequest::new("jobs", "g1", "c1", ReadMode::New, 1);
+        assert_eq!(b.read(read).await.unwrap().deliveries.len(), 1);
+        b.sync().await.unwrap();
+    });
+    paused_runtime().block_on(async {
+        let b = FileLogBroker::open(&dir.0).unwrap();
+        b.publish("jobs", msg("b")).await.unwrap();
+        let read = ReadRequest::new("jobs", "g1", "c2", ReadMode::New, 1);
+        let got = b.read(read).await.unwrap();
+        let idle = got.deliveries[0].id();
+        tokio::time::advance(min_idle + Duration::from_secs(1)).await;
+        let claiming = ReadMode::Claiming { min_idle };
+        let claimed = b
+            .read(ReadRequest::new("jobs", "g1", "c3", claiming, 10))
+            .await
+            .unwrap();
+        let ids: Vec<EntryId> = claimed.deliveries.iter().map(|d| d.id()).collect();
+        assert_eq!(ids, [idle], "idle for {min_idle:?} by the broker's clock");
+    });
+}
