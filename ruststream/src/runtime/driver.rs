@@ -424,7 +424,8 @@ where
             if let Some(delivery) = lane.current.take() {
                 self.pipeline.observe(&delivery, Settlement::HandedBack);
             }
-            self.decisions.add(Decision::HandBack(started.id));
+            let times = started.delivery_count.saturating_add(1);
+            self.decisions.add(Decision::HandBack(started.id, times));
             self.held -= 1;
             for delivery in lane.take_waiting() {
                 hand_back(
@@ -511,7 +512,8 @@ fn hand_back<S: Subscriber>(
     delivery: &Delivery,
 ) {
     pipeline.observe(delivery, Settlement::HandedBack);
-    decisions.add(Decision::HandBack(delivery.id()));
+    let times = delivery.delivery_count.saturating_add(1);
+    decisions.add(Decision::HandBack(delivery.id(), times));
     *held -= 1;
 }
 
@@ -534,12 +536,12 @@ enum OnLane {
 fn retry_on_lane(env: &Env, started: &Started, decision: &Decision) -> Option<OnLane> {
     let delay = match decision {
         Decision::Copy(_) => Duration::ZERO,
-        Decision::After(_, delay) => *delay,
+        Decision::After(_, delay, _) => *delay,
         Decision::Leave => match env.subscription.stream.read_mode() {
             ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } => min_idle,
             ReadMode::New | ReadMode::OwnPending { .. } => Duration::ZERO,
         },
-        Decision::Ack(_) | Decision::Dead(..) | Decision::HandBack(_) => return None,
+        Decision::Ack(_) | Decision::Dead(..) | Decision::HandBack(..) => return None,
     };
     let deliveries = started.delivery_count.saturating_add(1);
     if let Some(max) = env.subscription.max_deliveries

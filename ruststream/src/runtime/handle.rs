@@ -210,7 +210,11 @@ impl<S: Subscriber> Pipeline<S> {
             Settle::Outcome(HandlerOutcome::RetryAfter(delay)) => {
                 tracing::debug!(?delay, "handler asked for a retry after a delay");
                 Counters::add(&env.counters.retried, 1);
-                Decided::new(Decision::After(id, delay), Settlement::RetriedAfter(delay))
+                let times = entry.delivery_count.saturating_add(1);
+                Decided::new(
+                    Decision::After(id, delay, times),
+                    Settlement::RetriedAfter(delay),
+                )
             }
             Settle::Outcome(HandlerOutcome::DeadLetter(reason)) => {
                 report!(
@@ -275,7 +279,11 @@ impl<S: Subscriber> Pipeline<S> {
         if let Some(policy) = &self.env.subscription.backoff {
             let delay = policy.delay(id, delivery_count);
             tracing::debug!(?delay, "retry after the subscription's backoff");
-            return Decided::new(Decision::After(id, delay), Settlement::RetriedAfter(delay));
+            let times = delivery_count.saturating_add(1);
+            return Decided::new(
+                Decision::After(id, delay, times),
+                Settlement::RetriedAfter(delay),
+            );
         }
         let decision = if self.env.subscription.stream.retries_in_place() {
             Decision::Leave

@@ -158,7 +158,7 @@ impl TwinWatch {
 /// Most entries a look at the own pending list takes in (the own pending
 /// list of a `new` subscription is at most its read-ahead, plus what a
 /// lost read handed out).
-const OWN_LIST: usize = 10_000;
+pub(super) const OWN_LIST: usize = 10_000;
 
 /// Lists the consumer's own pending entries (a listing, which counts no
 /// delivery) and hands back, owed at once, those held by it and not in

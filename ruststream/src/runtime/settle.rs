@@ -22,6 +22,7 @@ use std::time::Duration;
 use ruststream_core::{BrokerError, BrokerResult, EntryId, Retry};
 use tokio::sync::Notify;
 
+use super::own_pending::OWN_LIST;
 use super::read::{self, LastRead};
 use super::{Backoff, Env};
 use crate::metrics::Outcome;
@@ -41,11 +42,14 @@ pub(super) enum Decision {
     Ack(EntryId),
     /// Retry on a new subscription: copy and ack.
     Copy(EntryId),
-    /// Owed again after a delay (zero: an immediate nack).
-    After(EntryId, Duration),
+    /// Owed again after a delay (zero: an immediate nack). With the
+    /// entry's delivery count at the broker when decided (see
+    /// [`retry_call`]).
+    After(EntryId, Duration, u32),
     /// Read but not finished at shutdown: owed again at once, for any
-    /// consumer (the broker call of an immediate nack).
-    HandBack(EntryId),
+    /// consumer (the broker call of an immediate nack). With the entry's
+    /// delivery count at the broker when decided.
+    HandBack(EntryId, u32),
     Dead(EntryId, String),
     /// Retry on a claiming or reclaim subscription: nothing to tell the
     /// broker, the entry stays pending under its own id until a claiming
@@ -192,9 +196,9 @@ pub(super) struct SettleBatch {
     count: usize,
     acks: Vec<EntryId>,
     copies: Vec<EntryId>,
-    delayed: Vec<(Duration, EntryId)>,
+    delayed: Vec<(Duration, EntryId, u32)>,
     dead: Vec<(EntryId, String)>,
-    handed_back: Vec<EntryId>,
+    handed_back: Vec<(EntryId, u32)>,
     /// Retries left pending in place (`Decision::Leave`).
     left: u64,
     /// Held entries run again on their `by_key` lanes, with their delivery
@@ -221,8 +225,8 @@ impl SettleBatch {
             Decision::Ack(id) => self.acks.push(id),
             Decision::Copy(id) => self.copies.push(id),
             Decision::Leave => self.left += 1,
-            Decision::After(id, delay) => self.delayed.push((delay, id)),
-            Decision::HandBack(id) => self.handed_back.push(id),
+            Decision::After(id, delay, times) => self.delayed.push((delay, id, times)),
+            Decision::HandBack(id, times) => self.handed_back.push((id, times)),
             Decision::Dead(id, reason) => self.dead.push((id, reason)),
         }
     }
@@ -293,23 +297,16 @@ impl SettleBatch {
         self.delayed.sort();
         for run in self.delayed.chunk_by(|a, b| a.0 == b.0) {
             let delay = run[0].0;
-            let ids: Vec<EntryId> = run.iter().map(|(_, id)| *id).collect();
-            if settle_call(settler, "retry (delay)", ids.len(), || {
-                broker.retry(stream, group, &ids, Retry::After(delay))
-            })
-            .await
-            {
-                counters.settled_as(Outcome::RetryAfter, ids.len() as u64);
+            let items: Vec<(EntryId, u32)> =
+                run.iter().map(|&(_, id, times)| (id, times)).collect();
+            if retry_call(settler, "retry (delay)", &items, delay).await {
+                counters.settled_as(Outcome::RetryAfter, items.len() as u64);
             }
         }
         self.delayed.clear();
-        for ids in self.handed_back.chunks(SETTLE_BATCH) {
-            if settle_call(settler, "hand back", ids.len(), || {
-                broker.retry(stream, group, ids, Retry::After(Duration::ZERO))
-            })
-            .await
-            {
-                counters.settled_as(Outcome::HandedBack, ids.len() as u64);
+        for items in self.handed_back.chunks(SETTLE_BATCH) {
+            if retry_call(settler, "hand back", items, Duration::ZERO).await {
+                counters.settled_as(Outcome::HandedBack, items.len() as u64);
             }
         }
         self.handed_back.clear();
@@ -342,7 +339,8 @@ impl SettleBatch {
 /// calls are all-or-nothing, so a failed one changed nothing and making it
 /// again is safe; one whose reply was lost after it was applied is a no-op
 /// the second time (acks, retries and dead letters ignore entries that
-/// are no longer pending). While outcomes wait here the read-ahead stays
+/// are no longer pending; a retry that makes entries owed, which could be
+/// handed out again meanwhile, goes through [`retry_call`]). While outcomes wait here the read-ahead stays
 /// full, so the subscription reads nothing new.
 ///
 /// Once the subscription has stopped (the process is shutting down) the
@@ -373,44 +371,165 @@ where
     N: Fn() -> Option<BrokerResult<T>>,
     F: Fn() -> ruststream_core::BrokerFuture<'a, T>,
 {
-    let Settler {
-        env,
-        outbox,
-        last_read,
-        ..
-    } = *settler;
-    if settler.abandoned.load(Ordering::Relaxed) {
-        // An earlier call gave up at shutdown: the broker is not answering,
-        // and trying this one too would only make shutdown longer.
-        group_event!(
-            error,
-            env,
-            entries,
-            "{what} not tried while stopping (the broker stopped answering): the entries stay \
-             pending, and are delivered again after a restart or once idle"
-        );
+    if not_tried(settler, what, entries) {
         return false;
     }
-    let mut backoff = Backoff::new();
-    let mut attempts_at_stop = 0u32;
+    let mut attempts = Attempts::new();
     loop {
         let answer = match now() {
             Some(answer) => answer,
             None => call().await,
         };
-        let error = match answer {
+        match answer {
             Ok(_) => return true,
-            Err(error) => error,
-        };
-        if outbox.is_closed() {
-            if attempts_at_stop == 0 {
-                // Short delays from here: the process is stopping.
-                backoff.reset();
+            Err(error) => {
+                if !attempts.again(settler, what, entries, error).await {
+                    return false;
+                }
             }
-            attempts_at_stop += 1;
         }
-        let give_up = matches!(error, BrokerError::Closed { .. })
-            || attempts_at_stop >= SETTLE_ATTEMPTS_AT_STOP;
+    }
+}
+
+/// A retry that makes entries owed after `delay` (a delayed retry, or a
+/// hand-back with no delay), made until it lands as [`settle_call`] makes
+/// a call. Each entry comes with its delivery count at the broker when the
+/// decision was made. After a failed attempt the retry is made again only
+/// for the entries still pending under this consumer at no higher count:
+/// the attempt may have been applied and its reply lost, and an entry it
+/// made owed may have been handed out since (to another consumer, or to
+/// this one again), which runs it now. Made owed again, that entry would
+/// be taken from its holder and run twice at once.
+async fn retry_call(
+    settler: &Settler<'_>,
+    what: &str,
+    items: &[(EntryId, u32)],
+    delay: Duration,
+) -> bool {
+    if not_tried(settler, what, items.len()) {
+        return false;
+    }
+    let env = settler.env;
+    let mut items = items.to_vec();
+    let mut ids: Vec<EntryId> = items.iter().map(|(id, _)| *id).collect();
+    let mut attempts = Attempts::new();
+    loop {
+        let answer = env
+            .broker
+            .retry(env.stream(), env.group(), &ids, Retry::After(delay))
+            .await;
+        match answer {
+            Ok(_) => return true,
+            Err(error) => {
+                if !attempts.again(settler, what, ids.len(), error).await {
+                    return false;
+                }
+                // A listing that fails leaves the entries as they were.
+                if let Ok(held) = still_held(env, &items).await {
+                    items = held;
+                    ids = items.iter().map(|(id, _)| *id).collect();
+                }
+                if ids.is_empty() {
+                    // The failed attempt was applied after all.
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+/// Those of `items` still pending under this consumer with a delivery
+/// count no higher than theirs (not delivered again since). An entry past
+/// the end of a listing cut short is kept.
+async fn still_held(env: &Env, items: &[(EntryId, u32)]) -> BrokerResult<Vec<(EntryId, u32)>> {
+    let Some(from) = items.iter().map(|(id, _)| *id).min() else {
+        return Ok(Vec::new());
+    };
+    let listed = env
+        .broker
+        .pending(
+            env.stream(),
+            env.group(),
+            from,
+            OWN_LIST,
+            Some(&env.consumer),
+        )
+        .await?;
+    let last = (listed.len() == OWN_LIST)
+        .then(|| listed.last().map(|p| p.id))
+        .flatten();
+    let held: std::collections::HashMap<EntryId, u32> = listed
+        .iter()
+        .filter(|p| p.consumer.is_some())
+        .map(|p| (p.id, p.times_delivered))
+        .collect();
+    Ok(items
+        .iter()
+        .copied()
+        .filter(|(id, times)| {
+            held.get(id).is_some_and(|now| now <= times) || last.is_some_and(|last| *id > last)
+        })
+        .collect())
+}
+
+/// Whether a settle call is not tried at all: an earlier call gave up at
+/// shutdown (logged).
+fn not_tried(settler: &Settler<'_>, what: &str, entries: usize) -> bool {
+    if !settler.abandoned.load(Ordering::Relaxed) {
+        return false;
+    }
+    // The broker is not answering, and trying this one too would only make
+    // shutdown longer.
+    let env = settler.env;
+    group_event!(
+        error,
+        env,
+        entries,
+        "{what} not tried while stopping (the broker stopped answering): the entries stay \
+         pending, and are delivered again after a restart or once idle"
+    );
+    true
+}
+
+/// The attempts at one settle call: its backoff, and how many it has had
+/// since the subscription stopped.
+struct Attempts {
+    backoff: Backoff,
+    at_stop: u32,
+}
+
+impl Attempts {
+    fn new() -> Self {
+        Attempts {
+            backoff: Backoff::new(),
+            at_stop: 0,
+        }
+    }
+
+    /// After a failed attempt with `error`: `false` to give up (logged),
+    /// else `true` once the backoff has passed, to try again.
+    async fn again(
+        &mut self,
+        settler: &Settler<'_>,
+        what: &str,
+        entries: usize,
+        error: BrokerError,
+    ) -> bool {
+        let Settler {
+            env,
+            outbox,
+            last_read,
+            ..
+        } = *settler;
+        if outbox.is_closed() {
+            if self.at_stop == 0 {
+                // Short delays from here: the process is stopping.
+                self.backoff.reset();
+            }
+            self.at_stop += 1;
+        }
+        let give_up =
+            matches!(error, BrokerError::Closed { .. }) || self.at_stop >= SETTLE_ATTEMPTS_AT_STOP;
         if give_up {
             if outbox.is_closed() {
                 settler.abandoned.store(true, Ordering::Relaxed);
@@ -426,7 +545,7 @@ where
             );
             return false;
         }
-        let delay = backoff.next_delay();
+        let delay = self.backoff.next_delay();
         group_event!(
             warn,
             env,
@@ -443,7 +562,7 @@ where
             // no-op.
             read::recreate_group(env, last_read.get()).await;
         }
-        if attempts_at_stop > 0 {
+        if self.at_stop > 0 {
             // Stopping: the short delays of a fresh backoff.
             tokio::time::sleep(delay).await;
         } else {
@@ -454,5 +573,6 @@ where
                 () = outbox.stopped() => {}
             }
         }
+        true
     }
 }
