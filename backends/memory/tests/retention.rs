@@ -22,12 +22,36 @@ async fn length(b: &MemoryBroker, stream: &str) -> u64 {
     b.stream_info(stream).await.unwrap().unwrap().length
 }
 
+/// A memory broker keeping streams near `max_len` entries, with no age limit.
+fn bounded(max_len: u64) -> MemoryBroker {
+    with_retention(MemoryRetention {
+        max_len: Some(max_len),
+        max_age: None,
+    })
+}
+
+/// Makes `group` on stream "s" from its beginning.
+async fn group_from_start(b: &MemoryBroker, group: &str) {
+    b.ensure_group("s", group, StreamStart::Beginning)
+        .await
+        .unwrap();
+}
+
+/// Reads up to `count` new entries of stream "s" for `group` (consumer "c"),
+/// returning their ids.
+async fn read_new(b: &MemoryBroker, group: &str, count: usize) -> Vec<EntryId> {
+    b.read(ReadRequest::new("s", group, "c", ReadMode::New, count))
+        .await
+        .unwrap()
+        .deliveries
+        .iter()
+        .map(|d| d.id())
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stream_without_groups_is_kept_near_the_bound() {
-    let b = with_retention(MemoryRetention {
-        max_len: Some(100),
-        max_age: None,
-    });
+    let b = bounded(100);
     publish(&b, "s", 1_000).await;
     let len = length(&b, "s").await;
     assert!((100..=112).contains(&len), "{len}");
@@ -35,20 +59,11 @@ async fn a_stream_without_groups_is_kept_near_the_bound() {
 
 #[tokio::test(start_paused = true)]
 async fn what_a_group_has_not_read_pending_or_dead_lettered_is_kept() {
-    let b = with_retention(MemoryRetention {
-        max_len: Some(10),
-        max_age: None,
-    });
-    b.ensure_group("s", "g", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = bounded(10);
+    group_from_start(&b, "g").await;
     publish(&b, "s", 30).await;
     assert_eq!(length(&b, "s").await, 30, "nothing read yet: all kept");
-    let read = b
-        .read(ReadRequest::new("s", "g", "c", ReadMode::New, 25))
-        .await
-        .unwrap();
-    let ids: Vec<EntryId> = read.deliveries.iter().map(|d| d.id()).collect();
+    let ids = read_new(&b, "g", 25).await;
     b.ack("s", "g", &ids[2..20]).await.unwrap();
     b.dead_letter("s", "g", &ids[1..2], "bad").await.unwrap();
     publish(&b, "s", 1).await;
@@ -94,25 +109,12 @@ async fn the_default_bounds_a_stream_and_unbounded_keeps_all() {
 /// it, the later group still reads it (its lag counted it).
 #[tokio::test(start_paused = true)]
 async fn a_kept_entry_a_later_group_has_not_read_stays_when_another_acks_it() {
-    let b = with_retention(MemoryRetention {
-        max_len: Some(10),
-        max_age: None,
-    });
-    b.ensure_group("s", "first", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = bounded(10);
+    group_from_start(&b, "first").await;
     publish(&b, "s", 1).await;
-    let held = b
-        .read(ReadRequest::new("s", "first", "c", ReadMode::New, 1))
-        .await
-        .unwrap();
-    let x = held.deliveries[0].id();
+    let x = read_new(&b, "first", 1).await[0];
     publish(&b, "s", 30).await;
-    let rest = b
-        .read(ReadRequest::new("s", "first", "c", ReadMode::New, 100))
-        .await
-        .unwrap();
-    let rest: Vec<EntryId> = rest.deliveries.iter().map(|d| d.id()).collect();
+    let rest = read_new(&b, "first", 100).await;
     b.ack("s", "first", &rest).await.unwrap();
     publish(&b, "s", 1).await;
     let range = b
@@ -121,16 +123,10 @@ async fn a_kept_entry_a_later_group_has_not_read_stays_when_another_acks_it() {
         .unwrap();
     assert_eq!(range[0].id, x, "kept while pending");
 
-    b.ensure_group("s", "later", StreamStart::Beginning)
-        .await
-        .unwrap();
+    group_from_start(&b, "later").await;
     let lag = b.group_info("s", "later").await.unwrap().lag;
     b.ack("s", "first", &[x]).await.unwrap();
-    let read = b
-        .read(ReadRequest::new("s", "later", "c", ReadMode::New, 100))
-        .await
-        .unwrap();
-    let got: Vec<EntryId> = read.deliveries.iter().map(|d| d.id()).collect();
+    let got = read_new(&b, "later", 100).await;
     assert_eq!(got.len() as u64, lag, "`later` was told of {lag} entries");
     assert_eq!(got[0], x);
 }
