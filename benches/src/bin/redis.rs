@@ -132,6 +132,13 @@ impl Row {
     }
 }
 
+/// How long `work` took to run to completion.
+async fn timed(work: impl Future<Output = redis_loops::LoopResult>) -> BenchResult<Duration> {
+    let started = Instant::now();
+    work.await?;
+    Ok(started.elapsed())
+}
+
 /// Fills `stream` with `n` messages by pipelined XADD (the hand loop's
 /// publish), returning the time it took.
 async fn fill(
@@ -139,9 +146,7 @@ async fn fill(
     stream: &str,
     n: u64,
 ) -> BenchResult<Duration> {
-    let started = Instant::now();
-    redis_loops::hand_fill(conn, stream, n).await?;
-    Ok(started.elapsed())
+    timed(redis_loops::hand_fill(conn, stream, n)).await
 }
 
 async fn publish_broker(broker: &RedisBroker, stream: &str, n: u64) -> BenchResult<Duration> {
@@ -159,16 +164,12 @@ async fn consume_hand(
     stream: &str,
     n: u64,
 ) -> BenchResult<Duration> {
-    let started = Instant::now();
-    redis_loops::hand_consume(conn, stream, GROUP, n).await?;
-    Ok(started.elapsed())
+    timed(redis_loops::hand_consume(conn, stream, GROUP, n)).await
 }
 
 /// The same through the broker API.
 async fn consume_broker(broker: &RedisBroker, stream: &str, n: u64) -> BenchResult<Duration> {
-    let started = Instant::now();
-    redis_loops::broker_consume(broker, stream, GROUP, n).await?;
-    Ok(started.elapsed())
+    timed(redis_loops::broker_consume(broker, stream, GROUP, n)).await
 }
 
 async fn consume_app(
