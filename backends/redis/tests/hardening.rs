@@ -17,7 +17,7 @@ use ruststream_core::{
     StreamStart, Trim,
 };
 use ruststream_redis::{ORIGINAL_ID_HEADER, RedisBroker};
-use support::{ensure_groups, raw, unique, url, xpending, xrange};
+use support::{ensure_groups, publish_bytes, raw, unique, url, xpending, xrange};
 
 const G: &str = "g";
 
@@ -146,10 +146,7 @@ async fn broker_and_stream(what: &str) -> (RedisBroker, String) {
 async fn big_then_small(broker: &RedisBroker, what: &str, n: usize) -> (String, EntryId, EntryId) {
     let s = stream_with_group(broker, what).await;
     let big = xadd(&s, &big_fields(n)).await;
-    let small = broker
-        .publish(&s, Message::new(b"small".to_vec()))
-        .await
-        .unwrap();
+    let small = publish_bytes(broker, &s, b"small").await;
     (s, big, small)
 }
 
@@ -371,10 +368,7 @@ async fn a_big_retry_copy_at_max_deliveries_is_dead_lettered_by_a_new_read() {
         let big = xadd(&s, &fields).await;
         deliver(&broker, &s, "c", big).await;
         assert_eq!(broker.retry(&s, G, &[big], Retry::Copy).await.unwrap(), 1);
-        let small = broker
-            .publish(&s, Message::new(b"small".to_vec()))
-            .await
-            .unwrap();
+        let small = publish_bytes(&broker, &s, b"small").await;
         let copy: EntryId = raw_entries(&s).await[1].0.parse().unwrap();
         let read = bounded_read(&broker, &s, "c", ReadMode::New, 10, 1).await;
         assert_eq!(read.dead_lettered, [copy], "{n} fields");
@@ -430,14 +424,11 @@ async fn owed_entries_due_at_the_same_time_come_back_in_id_order() {
         min_idle: Duration::from_secs(60),
     };
     retry_now(&broker, &s, &ids).await;
-    let got: Vec<EntryId> = broker
+    let read = broker
         .read(ReadRequest::new(&s, G, "r", reclaim, 20))
         .await
-        .unwrap()
-        .deliveries
-        .iter()
-        .map(|d| d.id())
-        .collect();
+        .unwrap();
+    let got = delivered(&read);
     assert_eq!(got, ids, "reclaim reads owed entries in id order too");
 
     // A redrive of all of them at once.
@@ -459,10 +450,7 @@ async fn owed_entries_written_before_the_padded_layout_are_still_read() {
     // A due set member in the old layout (the plain id), as a broker of an
     // earlier version left it.
     let (broker, s) = broker_and_stream("owed-legacy").await;
-    let id = broker
-        .publish(&s, Message::new(b"x".to_vec()))
-        .await
-        .unwrap();
+    let id = publish_bytes(&broker, &s, b"x").await;
     assert_eq!(new_read(&broker, &s, "c", 10).await, [id]);
     let mut cli = raw(0).await;
     let _: i64 = redis::cmd("XACK")
@@ -659,10 +647,7 @@ async fn names_that_would_share_keys_are_refused_before_anything_is_sent() {
         .ensure_group(&s, "ledger:idx", StreamStart::New)
         .await
         .unwrap();
-    let id = broker
-        .publish(&s, Message::new(b"ok".to_vec()))
-        .await
-        .unwrap();
+    let id = publish_bytes(&broker, &s, b"ok").await;
     let got = broker
         .read(ReadRequest::new(
             &s,
@@ -728,10 +713,7 @@ async fn a_dead_letter_of_a_retry_copy_names_the_original_entry_and_the_copy() {
     assert_eq!(field("rs:id"), Some(second_copy.to_string()));
     assert_eq!(field("rs:orig"), Some(original.to_string()));
     // An ordinary entry's dead letter has no such header.
-    let plain = broker
-        .publish(&s, Message::new(b"y".to_vec()))
-        .await
-        .unwrap();
+    let plain = publish_bytes(&broker, &s, b"y").await;
     deliver(&broker, &s, "c", plain).await;
     broker.dead_letter(&s, G, &[plain], "no").await.unwrap();
     let dead = broker.dead_letters(&s, G, plain, 10).await.unwrap();
@@ -951,10 +933,7 @@ async fn another_groups_retry_copy_handed_back_here_is_passed_over() {
     let broker = RedisBroker::standalone(url());
     let s = unique("foreign-stray");
     ensure_groups(&broker, &s, &[G, "h"], StreamStart::Beginning).await;
-    let e = broker
-        .publish(&s, Message::new(b"e".to_vec()))
-        .await
-        .unwrap();
+    let e = publish_bytes(&broker, &s, b"e").await;
     assert_eq!(new_read(&broker, &s, "c", 10).await, [e]);
     broker.ack(&s, G, &[e]).await.unwrap();
     let h = broker
@@ -977,10 +956,7 @@ async fn an_own_retry_copy_handed_back_after_a_lost_read_keeps_its_count() {
     let broker = RedisBroker::standalone(url());
     let s = unique("own-stray");
     ensure_groups(&broker, &s, &[G], StreamStart::Beginning).await;
-    broker
-        .publish(&s, Message::new(b"e".to_vec()))
-        .await
-        .unwrap();
+    publish_bytes(&broker, &s, b"e").await;
     for _ in 0..2 {
         let id = new_read(&broker, &s, "c", 10).await[0];
         broker.retry(&s, G, &[id], Retry::Copy).await.unwrap();
@@ -1007,19 +983,13 @@ async fn an_owed_step_that_fails_fails_the_read() {
     let broker = RedisBroker::standalone(url());
     let s = unique("owed-fails");
     ensure_groups(&broker, &s, &[G], StreamStart::Beginning).await;
-    let e1 = broker
-        .publish(&s, Message::new(b"e1".to_vec()))
-        .await
-        .unwrap();
+    let e1 = publish_bytes(&broker, &s, b"e1").await;
     assert_eq!(new_read(&broker, &s, "c", 10).await, [e1]);
     broker
         .retry(&s, G, &[e1], Retry::After(Duration::ZERO))
         .await
         .unwrap();
-    let e2 = broker
-        .publish(&s, Message::new(b"e2".to_vec()))
-        .await
-        .unwrap();
+    let e2 = publish_bytes(&broker, &s, b"e2").await;
     // The owed step refuses to run on a side key of the wrong type.
     let mut conn = raw(0).await;
     let owed = format!("rs:{{{s}}}:owed:{G}");

@@ -13,7 +13,7 @@ use ruststream_core::{
     Broker, BrokerError, EntryId, Message, ReadBatch, ReadMode, ReadRequest, Retry, StreamStart,
 };
 use ruststream_redis::RedisBroker;
-use support::{kill_clients_of_db, raw, unique, url, url_db, xpending, xrange};
+use support::{kill_clients_of_db, publish_bytes, raw, unique, url, url_db, xpending, xrange};
 
 fn text(v: &Value) -> String {
     match v {
@@ -282,10 +282,7 @@ async fn an_unreachable_server_is_a_transient_error_naming_the_url() {
 async fn the_broker_reconnects_after_its_connections_are_killed() {
     const DB: u32 = 9;
     let (broker, s) = group_on(url_db(DB), "reconnect", StreamStart::New).await;
-    broker
-        .publish(&s, Message::new(b"before".to_vec()))
-        .await
-        .unwrap();
+    publish_bytes(&broker, &s, b"before").await;
     // A blocking wait too, so that the pool holds a connection.
     let request =
         ReadRequest::new(&s, "g", "c", ReadMode::New, 10).block(Duration::from_millis(20));
@@ -382,10 +379,7 @@ async fn a_flushed_group_is_nogroup_and_ensure_group_recreates_it() {
             .await
             .unwrap()
     );
-    broker
-        .publish(&s, Message::new(b"x".to_vec()))
-        .await
-        .unwrap();
+    publish_bytes(&broker, &s, b"x").await;
     let batch = read_new(&broker, &s, "g", "c", 1).await;
     assert_eq!(batch.deliveries.len(), 1);
 }
@@ -558,10 +552,7 @@ async fn entries_behind_a_full_read_of_other_groups_copies_come_at_once() {
             .await
             .unwrap();
     }
-    let wanted = broker
-        .publish(&s, Message::new(b"{}".to_vec()))
-        .await
-        .unwrap();
+    let wanted = publish_bytes(&broker, &s, b"{}").await;
     let started = std::time::Instant::now();
     let mut got = None;
     while got.is_none() && started.elapsed() < Duration::from_secs(20) {
@@ -596,10 +587,7 @@ async fn what_a_read_claims_after_its_caller_gave_up_is_handed_back() {
     assert!(waited.is_err(), "nothing was published: the read waits");
     // An entry arrives: the queued read claims it, but nobody polls the
     // read any more.
-    let published = broker
-        .publish(&s, Message::new(b"late".to_vec()))
-        .await
-        .unwrap();
+    let published = publish_bytes(&broker, &s, b"late").await;
     let started = std::time::Instant::now();
     while xpending(&s, "g").await.is_empty() {
         assert!(

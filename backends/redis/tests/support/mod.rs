@@ -121,3 +121,16 @@ pub async fn ensure_groups(
         broker.ensure_group(stream, group, start).await.unwrap();
     }
 }
+
+/// Publishes one entry with the payload `payload` to `stream`; its id.
+pub async fn publish_bytes(
+    broker: &ruststream_redis::RedisBroker,
+    stream: &str,
+    payload: &[u8],
+) -> ruststream_core::EntryId {
+    use ruststream_core::Broker as _;
+    broker
+        .publish(stream, ruststream_core::Message::new(payload.to_vec()))
+        .await
+        .unwrap()
+}
