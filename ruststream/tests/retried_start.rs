@@ -12,10 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ruststream::prelude::*;
-use ruststream::{
-    Broker, BrokerError, BrokerFuture, ReadMode, ReadRequest, StreamStart, forward_broker,
-};
-use support::{Job, advance, publish_jobs};
+use ruststream::{Broker, BrokerError, BrokerFuture, StreamStart, forward_broker};
+use support::{Job, advance, group_with_jobs, read_new_as};
 
 /// A memory broker that refuses the first `ensure_group`: a broker not up
 /// yet when the app first starts.
@@ -64,24 +62,9 @@ async fn retried(job: &Job) {
 #[tokio::test(start_paused = true)]
 async fn a_retried_start_reads_under_the_name_its_predecessor_had() {
     let broker = NotYet::default();
-    broker
-        .inner
-        .ensure_group("retried", "g", StreamStart::Beginning)
-        .await
-        .unwrap();
-    publish_jobs(&broker.inner, "retried", 0..2).await;
+    group_with_jobs(&broker.inner, "retried", 0..2).await;
     // The predecessor read both under the first generated name, then died.
-    broker
-        .inner
-        .read(ReadRequest::new(
-            "retried",
-            "g",
-            "ruststream-0",
-            ReadMode::New,
-            2,
-        ))
-        .await
-        .unwrap();
+    read_new_as(&broker.inner, "retried", "ruststream-0", 2).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     let start = || {
         RustStream::new(AppInfo::new("svc", "0"))

@@ -18,8 +18,8 @@ use ruststream::{
     broker_methods, forward_broker,
 };
 use support::{
-    Job, advance, publish_jobs, publish_keyed, start_fresh_named, start_named, start_one_named,
-    stream_len,
+    Job, advance, group_with_jobs, publish_jobs, publish_keyed, read_new_as, start_fresh_named,
+    start_named, start_one_named, stream_len,
 };
 
 /// A memory broker whose settles (ack, retry, dead letter) can be made to
@@ -296,27 +296,8 @@ async fn twin_claim(job: &Job) {
 #[tokio::test(start_paused = true)]
 async fn the_recheck_of_a_claiming_subscription_leaves_a_live_twins_entries() {
     let flaky = Flaky::default();
-    flaky
-        .inner
-        .ensure_group("twin-claim", "g", StreamStart::Beginning)
-        .await
-        .unwrap();
-    publish_jobs(&flaky.inner, "twin-claim", 0..3).await;
-    let held: Vec<EntryId> = flaky
-        .inner
-        .read(ReadRequest::new(
-            "twin-claim",
-            "g",
-            "twin-name",
-            ReadMode::New,
-            3,
-        ))
-        .await
-        .unwrap()
-        .deliveries
-        .iter()
-        .map(|d| d.id())
-        .collect();
+    group_with_jobs(&flaky.inner, "twin-claim", 0..3).await;
+    let held = read_new_as(&flaky.inner, "twin-claim", "twin-name", 3).await;
     // The twin refreshes its claims every 5 s, as a subscription does.
     let refresher = {
         let inner = flaky.inner.clone();

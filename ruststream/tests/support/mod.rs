@@ -42,6 +42,44 @@ pub async fn publish_keyed(broker: &MemoryBroker, stream: &str, jobs: &[(u64, &s
     }
 }
 
+/// Makes group "g" on `stream` from its beginning, then publishes a `Job`
+/// for each of `ns` to it, in order.
+pub async fn group_with_jobs(
+    broker: &MemoryBroker,
+    stream: &str,
+    ns: impl IntoIterator<Item = u64>,
+) {
+    broker
+        .ensure_group(stream, "g", ruststream::StreamStart::Beginning)
+        .await
+        .unwrap();
+    publish_jobs(broker, stream, ns).await;
+}
+
+/// Reads up to `count` new entries of `stream` for group "g" as `consumer`
+/// (as another process would); their ids.
+pub async fn read_new_as(
+    broker: &dyn Broker,
+    stream: &str,
+    consumer: &str,
+    count: usize,
+) -> Vec<EntryId> {
+    broker
+        .read(ReadRequest::new(
+            stream,
+            "g",
+            consumer,
+            ReadMode::New,
+            count,
+        ))
+        .await
+        .unwrap()
+        .deliveries
+        .iter()
+        .map(|d| d.id())
+        .collect()
+}
+
 /// The error a test broker named `broker` injects for a call it refuses.
 pub fn refused(broker: &'static str) -> BrokerError {
     BrokerError::Connection {
