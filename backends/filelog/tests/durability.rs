@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{
-    TempDir, dead_letter_jobs, ensure_g1, journal, observe_with, retry_jobs, with_jobs_group,
+    TempDir, dead_letter_jobs, ensure_g1, journal, observe_with, read_jobs, retry_jobs,
+    with_jobs_group,
 };
 use ruststream_core::{
     Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
@@ -130,9 +131,7 @@ async fn three_entries(dir: &Path) -> Vec<EntryId> {
         .publish_batch("jobs", vec![msg("a"), msg("b"), msg("c")])
         .await
         .unwrap();
-    b.read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 2))
-        .await
-        .unwrap();
+    read_jobs(&b, 2).await;
     ids
 }
 
@@ -202,10 +201,7 @@ async fn a_retry_copy_lost_to_a_power_failure_leaves_its_original_owed() {
     let dir = TempDir::new();
     let b = common::open_with_jobs_group(&dir.0).await;
     let id = b.publish("jobs", msg("job")).await.unwrap();
-    let read = b
-        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1))
-        .await
-        .unwrap();
+    let read = read_jobs(&b, 1).await;
     assert_eq!(read.deliveries.len(), 1);
     let segment = segments(&dir.0, "jobs")[0].clone();
     let durable = fs::metadata(&segment).unwrap().len();
@@ -233,10 +229,7 @@ async fn a_retry_copy_lost_to_a_power_failure_leaves_its_original_owed() {
         (id, None, 1),
         "owed again, its delivery counted"
     );
-    let again = b
-        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 10))
-        .await
-        .unwrap();
+    let again = read_jobs(&b, 10).await;
     assert_eq!(again.deliveries.len(), 1);
     assert_eq!(again.deliveries[0].id(), id);
 }
@@ -248,16 +241,11 @@ async fn a_retry_copy_on_disk_keeps_its_original_settled() {
     let dir = TempDir::new();
     let b = common::open_with_jobs_group(&dir.0).await;
     let id = b.publish("jobs", msg("job")).await.unwrap();
-    b.read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1))
-        .await
-        .unwrap();
+    read_jobs(&b, 1).await;
     b.retry("jobs", "g1", &[id], Retry::Copy).await.unwrap();
     drop(b);
     let b = FileLogBroker::open(&dir.0).unwrap();
-    let again = b
-        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 10))
-        .await
-        .unwrap();
+    let again = read_jobs(&b, 10).await;
     assert_eq!(again.deliveries.len(), 1);
     assert!(again.deliveries[0].id() > id, "the copy, not the original");
     assert_eq!(again.deliveries[0].delivery_count, 1);
@@ -276,9 +264,7 @@ async fn compaction_syncs_the_entries_it_describes_before_its_snapshot() {
     };
     let b = with_jobs_group(FileLogBroker::open_with(&dir.0, options).unwrap()).await;
     let id = b.publish("jobs", msg("job")).await.unwrap();
-    b.read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1))
-        .await
-        .unwrap();
+    read_jobs(&b, 1).await;
     b.retry("jobs", "g1", &[id], Retry::Copy).await.unwrap();
     b.inject_fsync_failure();
     let error = b.compact().unwrap_err();
@@ -393,10 +379,7 @@ async fn retention_deletes_whole_segments_but_never_pending_or_dead_entries() {
     let b = with_jobs_group(FileLogBroker::open_with(&dir.0, options).unwrap()).await;
     let first = b.publish("jobs", msg(&"held".repeat(20))).await.unwrap();
     let second = b.publish("jobs", msg(&"dead".repeat(20))).await.unwrap();
-    let got = b
-        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 2))
-        .await
-        .unwrap();
+    let got = read_jobs(&b, 2).await;
     assert_eq!(got.deliveries.len(), 2);
     b.dead_letter("jobs", "g1", &[second], "kept for inspection")
         .await
@@ -463,9 +446,7 @@ async fn the_journal_is_compacted_on_its_own_as_it_grows() {
             .unwrap();
         for i in 0..200 {
             let id = b.publish("jobs", msg(&format!("m{i}"))).await.unwrap();
-            b.read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1))
-                .await
-                .unwrap();
+            read_jobs(&b, 1).await;
             if i % 3 != 0 {
                 b.ack("jobs", "g1", &[id]).await.unwrap();
             }
@@ -529,10 +510,7 @@ async fn a_segment_a_retry_copy_lets_go_is_removed_only_once_the_copy_is_durable
     };
     let b = with_jobs_group(FileLogBroker::open_with(&dir.0, options).unwrap()).await;
     let id = b.publish("jobs", msg("the job")).await.unwrap();
-    let read = b
-        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1))
-        .await
-        .unwrap();
+    let read = read_jobs(&b, 1).await;
     assert_eq!(read.deliveries.len(), 1);
     let mut last = id;
     for i in 0..20 {
@@ -577,10 +555,7 @@ async fn owed_again_after_losing_the_copy(dir: &Path, segment: &Path, durable: u
         .unwrap();
     let owed: Vec<EntryId> = pending.iter().map(|p| p.id).collect();
     assert_eq!(owed, [id], "the original comes back owed: {pending:?}");
-    let again = b
-        .read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, 10))
-        .await
-        .unwrap();
+    let again = read_jobs(&b, 10).await;
     assert_eq!(again.deliveries[0].id(), id);
     assert_eq!(again.deliveries[0].entry.payload(), b"job");
 }

@@ -14,7 +14,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::TempDir;
+use common::{TempDir, publish_bytes};
 use ruststream_core::{Broker, BrokerError, EntryId, Message};
 use ruststream_filelog::{FileLogBroker, FileLogOptions, SyncPolicy};
 
@@ -105,9 +105,7 @@ async fn a_publish_dropped_while_it_leads_a_sync_leaves_no_one_stuck() {
     assert!(dropped.is_err(), "the publish was not pending: {dropped:?}");
     // The next publish leads a sync of its own, covering the dropped one's
     // write too.
-    b.publish(STREAM, Message::new(b"next".to_vec()))
-        .await
-        .unwrap();
+    publish_bytes(&b, STREAM, b"next").await;
     b.sync().await.unwrap();
     drop(b);
     assert_eq!(stored(&dir).await, 2);
@@ -219,9 +217,7 @@ async fn publishes_dropped_at_any_point_of_their_wait_leave_no_one_stuck() {
         while let Some(joined) = tasks.join_next().await {
             joined.unwrap();
         }
-        b.publish(STREAM, Message::new(b"last".to_vec()))
-            .await
-            .unwrap();
+        publish_bytes(&b, STREAM, b"last").await;
         b.sync().await.unwrap();
     };
     tokio::time::timeout(Duration::from_secs(60), all)

@@ -14,8 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use common::{TempDir, open_with_jobs_group};
-use ruststream_core::{Broker, Message};
+use common::{TempDir, open_with_jobs_group, publish_bytes};
 use ruststream_filelog::FileLogBroker;
 
 fn mode(path: &Path) -> u32 {
@@ -26,14 +25,10 @@ fn mode(path: &Path) -> u32 {
 async fn the_directory_and_every_file_in_it_are_private() {
     let dir = TempDir::new();
     let b = open_with_jobs_group(&dir.0).await;
-    b.publish("jobs", Message::new(b"card 4111".to_vec()))
-        .await
-        .unwrap();
+    publish_bytes(&b, "jobs", b"card 4111").await;
     // A snapshot and a fresh journal.
     b.compact().unwrap();
-    b.publish("jobs", Message::new(b"card 5500".to_vec()))
-        .await
-        .unwrap();
+    publish_bytes(&b, "jobs", b"card 5500").await;
 
     let mut dirs = vec![dir.0.clone()];
     let mut files = Vec::new();

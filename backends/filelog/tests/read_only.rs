@@ -13,7 +13,7 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
-use common::{TempDir, dead_letter_jobs, open_with_jobs_group};
+use common::{TempDir, dead_letter_jobs, open_with_jobs_group, publish_bytes};
 use ruststream_core::{Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, StreamStart};
 use ruststream_filelog::FileLogBroker;
 
@@ -126,10 +126,7 @@ async fn a_held_log_reads_the_same_and_refuses_changes_naming_the_holder() {
     assert_eq!(files(&dir.0), before, "the view wrote nothing");
 
     // The holder goes on; a new view sees it.
-    holder
-        .publish("jobs", Message::new(b"d".to_vec()))
-        .await
-        .unwrap();
+    publish_bytes(&holder, "jobs", b"d").await;
     let later = FileLogBroker::open_read_only(&dir.0).unwrap();
     assert_eq!(later.stream_info("jobs").await.unwrap().unwrap().length, 4);
 }
@@ -174,9 +171,7 @@ fn a_missing_directory_is_an_error_naming_it() {
 async fn a_view_of_a_log_killed_between_snapshot_and_journal_opens() {
     let dir = TempDir::new();
     let b = open_with_jobs_group(&dir.0).await;
-    b.publish("jobs", Message::new(b"x".to_vec()))
-        .await
-        .unwrap();
+    publish_bytes(&b, "jobs", b"x").await;
     let read = ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1);
     assert_eq!(b.read(read).await.unwrap().deliveries.len(), 1);
     b.compact().unwrap();

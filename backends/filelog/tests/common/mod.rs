@@ -7,7 +7,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ruststream_core::{Broker, EntryId, Retry, StreamStart};
+use ruststream_core::{
+    Broker, EntryId, Message, ReadBatch, ReadMode, ReadRequest, Retry, StreamStart,
+};
 use ruststream_filelog::FileLogBroker;
 
 /// A fresh directory under the system's temp dir, removed on drop.
@@ -49,6 +51,20 @@ pub(crate) fn journal_len(dir: &Path) -> u64 {
 /// Creates group `g1` on `stream`, starting at `start`.
 pub(crate) async fn ensure_g1(b: &FileLogBroker, stream: &str, start: StreamStart) {
     b.ensure_group(stream, "g1", start).await.unwrap();
+}
+
+/// Publishes one entry with the payload `payload` to `stream`; its id.
+pub(crate) async fn publish_bytes(b: &FileLogBroker, stream: &str, payload: &[u8]) -> EntryId {
+    b.publish(stream, Message::new(payload.to_vec()))
+        .await
+        .unwrap()
+}
+
+/// Reads up to `count` new entries of `jobs` for group `g1` as consumer `c`.
+pub(crate) async fn read_jobs(b: &FileLogBroker, count: usize) -> ReadBatch {
+    b.read(ReadRequest::new("jobs", "g1", "c", ReadMode::New, count))
+        .await
+        .unwrap()
 }
 
 /// Retries `ids` of group `g1` on `jobs` as `how` says.
