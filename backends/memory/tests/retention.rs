@@ -40,13 +40,9 @@ async fn group_from_start(b: &MemoryBroker, group: &str) {
 /// Reads up to `count` new entries of stream "s" for `group` (consumer "c"),
 /// returning their ids.
 async fn read_new(b: &MemoryBroker, group: &str, count: usize) -> Vec<EntryId> {
-    b.read(ReadRequest::new("s", group, "c", ReadMode::New, count))
-        .await
-        .unwrap()
-        .deliveries
-        .iter()
-        .map(|d| d.id())
-        .collect()
+    let request = ReadRequest::new("s", group, "c", ReadMode::New, count);
+    let batch = b.read(request).await.unwrap();
+    batch.deliveries.iter().map(|d| d.id()).collect()
 }
 
 #[tokio::test(start_paused = true)]

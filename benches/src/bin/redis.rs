@@ -139,16 +139,6 @@ async fn timed(work: impl Future<Output = redis_loops::LoopResult>) -> BenchResu
     Ok(started.elapsed())
 }
 
-/// Fills `stream` with `n` messages by pipelined XADD (the hand loop's
-/// publish), returning the time it took.
-async fn fill(
-    conn: &mut redis::aio::MultiplexedConnection,
-    stream: &str,
-    n: u64,
-) -> BenchResult<Duration> {
-    timed(redis_loops::hand_fill(conn, stream, n)).await
-}
-
 async fn publish_broker(broker: &RedisBroker, stream: &str, n: u64) -> BenchResult<Duration> {
     let started = Instant::now();
     for batch in batches(n, BATCH) {
@@ -156,20 +146,6 @@ async fn publish_broker(broker: &RedisBroker, stream: &str, n: u64) -> BenchResu
         broker.publish_batch(stream, batch).await?;
     }
     Ok(started.elapsed())
-}
-
-/// The hand-written consumer ([`redis_loops::hand_consume`]), timed.
-async fn consume_hand(
-    conn: &mut redis::aio::MultiplexedConnection,
-    stream: &str,
-    n: u64,
-) -> BenchResult<Duration> {
-    timed(redis_loops::hand_consume(conn, stream, GROUP, n)).await
-}
-
-/// The same through the broker API.
-async fn consume_broker(broker: &RedisBroker, stream: &str, n: u64) -> BenchResult<Duration> {
-    timed(redis_loops::broker_consume(broker, stream, GROUP, n)).await
 }
 
 async fn consume_app(
@@ -197,12 +173,12 @@ async fn allocations(
 ) -> BenchResult<f64> {
     const N: u64 = 50_000;
     let stream = format!("rs-bench:{}:alloc:{row:?}", std::process::id());
-    fill(conn, &stream, N).await?;
+    redis_loops::hand_fill(conn, &stream, N).await?;
     counting::enable(true);
     let before = counting::allocations();
     let result = match row {
-        Row::ConsumeHand => consume_hand(conn, &stream, N).await,
-        Row::ConsumeBroker => consume_broker(broker, &stream, N).await,
+        Row::ConsumeHand => timed(redis_loops::hand_consume(conn, &stream, GROUP, N)).await,
+        Row::ConsumeBroker => timed(redis_loops::broker_consume(broker, &stream, GROUP, N)).await,
         Row::SubscriberDefault | Row::SubscriberPrefetch | Row::SubscriberBatch => {
             consume_app(broker, &stream, N, row).await
         }
@@ -237,15 +213,16 @@ async fn run_row(
 ) -> BenchResult<Sample> {
     let stream = format!("rs-bench:{}:{run}:{row:?}", std::process::id());
     if !matches!(row, Row::PublishHand | Row::PublishBroker) {
-        fill(conn, &stream, n).await?;
+        redis_loops::hand_fill(conn, &stream, n).await?;
     }
     let client_before = ruststream_benches::cpu_time();
     let server_before = cpu::redis_server_time(conn).await;
     let wall = match row {
-        Row::PublishHand => fill(conn, &stream, n).await?,
+        // The hand loop's publish: pipelined XADD.
+        Row::PublishHand => timed(redis_loops::hand_fill(conn, &stream, n)).await?,
         Row::PublishBroker => publish_broker(broker, &stream, n).await?,
-        Row::ConsumeHand => consume_hand(conn, &stream, n).await?,
-        Row::ConsumeBroker => consume_broker(broker, &stream, n).await?,
+        Row::ConsumeHand => timed(redis_loops::hand_consume(conn, &stream, GROUP, n)).await?,
+        Row::ConsumeBroker => timed(redis_loops::broker_consume(broker, &stream, GROUP, n)).await?,
         Row::SubscriberDefault | Row::SubscriberPrefetch | Row::SubscriberBatch => {
             consume_app(broker, &stream, n, row).await?
         }

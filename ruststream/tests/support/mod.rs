@@ -64,20 +64,9 @@ pub async fn read_new_as(
     consumer: &str,
     count: usize,
 ) -> Vec<EntryId> {
-    broker
-        .read(ReadRequest::new(
-            stream,
-            "g",
-            consumer,
-            ReadMode::New,
-            count,
-        ))
-        .await
-        .unwrap()
-        .deliveries
-        .iter()
-        .map(|d| d.id())
-        .collect()
+    let request = ReadRequest::new(stream, "g", consumer, ReadMode::New, count);
+    let batch = broker.read(request).await.unwrap();
+    batch.deliveries.iter().map(|d| d.id()).collect()
 }
 
 /// The error a test broker named `broker` injects for a call it refuses.
