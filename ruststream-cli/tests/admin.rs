@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ruststream::{AppInfo, Broker, FileLogBroker, MemoryBroker, Running, RustStream, StreamStart};
+use ruststream_testkit::serve_admin;
 use serde_json::json;
 use support::{
     GATE_REASON, Gate, TempDir, cli, cli_in, cli_in_background, cli_of, consumer_names, json_in,
@@ -21,17 +22,20 @@ use support::{
 /// Starts app `name` with `gate` on `broker`, serving the admin endpoint
 /// with the token `t`; the app and the endpoint's URL.
 async fn serve<B: Broker>(name: &str, broker: B, gate: Gate) -> (Running, String) {
-    let app = RustStream::new(AppInfo::new(name, "0"))
-        .admin(([127, 0, 0, 1], 0).into())
-        .admin_token("t")
-        .with_broker(broker, |b| {
-            b.include(gate);
-        })
-        .start()
-        .await
-        .unwrap();
-    let url = format!("http://{}", app.admin_addr().unwrap());
-    (app, url)
+    let app = RustStream::new(AppInfo::new(name, "0")).with_broker(broker, |b| {
+        b.include(gate);
+    });
+    serve_admin(app, Some("t")).await.unwrap()
+}
+
+/// A fresh memory broker and app `name` on it, its gate reading `stream` as
+/// `group`, serving the admin endpoint with the token `t`; the broker, the
+/// app and the endpoint's URL.
+async fn serve_memory(name: &str, stream: &str, group: &str) -> (MemoryBroker, Running, String) {
+    let broker = MemoryBroker::new();
+    let (gate, _state) = Gate::new(stream, group);
+    let (app, url) = serve(name, broker.clone(), gate).await;
+    (broker, app, url)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,9 +160,7 @@ async fn a_dead_letter_is_listed_redriven_handled_and_gone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_tail_and_prune_through_the_endpoint() {
-    let broker = MemoryBroker::new();
-    let (gate, _state) = Gate::new("feed", "readers");
-    let (app, url) = serve("cli-admin-feed", broker.clone(), gate).await;
+    let (broker, app, url) = serve_memory("cli-admin-feed", "feed", "readers").await;
 
     // publish, then tail --count, then tail following new entries.
     let first = cli_in(
@@ -252,9 +254,7 @@ async fn cli_with_stdin(url: &str, lines: &str) {
 /// usage error saying so, rather than sent to another route.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dot_name_through_the_endpoint_is_a_usage_error_saying_why() {
-    let broker = MemoryBroker::new();
-    let (gate, _state) = Gate::new("orders", "billing");
-    let (app, url) = serve("cli-admin-dots", broker.clone(), gate).await;
+    let (_broker, app, url) = serve_memory("cli-admin-dots", "orders", "billing").await;
     let a = ["--admin", url.as_str(), "--token", "t"];
     cli_in(&a, "pending orders ..")
         .await
@@ -270,9 +270,7 @@ async fn a_dot_name_through_the_endpoint_is_a_usage_error_saying_why() {
 /// command saying what was published already and why the rest was not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_failing_part_way_says_what_was_published() {
-    let broker = MemoryBroker::new();
-    let (gate, _state) = Gate::new("orders", "billing");
-    let (app, url) = serve("cli-admin-big", broker.clone(), gate).await;
+    let (broker, app, url) = serve_memory("cli-admin-big", "orders", "billing").await;
     let dir = TempDir::new("admin-big");
     std::fs::create_dir_all(&dir.0).unwrap();
     let file = dir.0.join("lines.txt");
@@ -324,16 +322,13 @@ async fn a_redrive_failing_part_way_says_how_many_were_redriven() {
     // The second request's redrive fails before it reaches the broker.
     faulty.script(CallKind::Redrive, 2, Fault::Before);
     let (gate, _state) = Gate::new("orders", "billing");
-    let app = RustStream::new(AppInfo::new("cli-admin-part-way", "0"))
-        .admin(([127, 0, 0, 1], 0).into())
-        .admin_token("t")
-        .with_shared_broker(faulty.clone(), |b| {
+    let app = RustStream::new(AppInfo::new("cli-admin-part-way", "0")).with_shared_broker(
+        faulty.clone(),
+        |b| {
             b.include(gate);
-        })
-        .start()
-        .await
-        .unwrap();
-    let url = format!("http://{}", app.admin_addr().unwrap());
+        },
+    );
+    let (app, url) = serve_admin(app, Some("t")).await.unwrap();
     let a = ["--admin", url.as_str(), "--token", "t"];
 
     cli_in(&a, "redrive bulk dead --all --yes").await.fails(

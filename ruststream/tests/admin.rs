@@ -35,18 +35,26 @@ async fn jobs(job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
 
 const TOKEN: &str = "s3cret";
 
-async fn start(app_name: &str, token: Option<&str>) -> (MemoryBroker, ruststream::Running, String) {
-    let broker = MemoryBroker::new();
-    let mut app = RustStream::new(AppInfo::new(app_name, "0"))
-        .admin(([127, 0, 0, 1], 0).into())
-        .with_broker(broker.clone(), |b| {
-            b.include(jobs);
-        });
+/// Starts `app` serving the admin endpoint on a free local port, its write
+/// routes behind `token` if one is given; the app and the endpoint's URL.
+async fn serve(app: RustStream, token: Option<&str>) -> (ruststream::Running, String) {
+    let mut app = app.admin(([127, 0, 0, 1], 0).into());
     if let Some(token) = token {
         app = app.admin_token(token);
     }
     let running = app.start().await.unwrap();
     let base = format!("http://{}", running.admin_addr().unwrap());
+    (running, base)
+}
+
+/// A fresh memory broker and app `app_name` on it with the `jobs`
+/// subscriber, serving the admin endpoint (behind `token` if one is given).
+async fn start(app_name: &str, token: Option<&str>) -> (MemoryBroker, ruststream::Running, String) {
+    let broker = MemoryBroker::new();
+    let app = RustStream::new(AppInfo::new(app_name, "0")).with_broker(broker.clone(), |b| {
+        b.include(jobs);
+    });
+    let (running, base) = serve(app, token).await;
     (broker, running, base)
 }
 
@@ -384,15 +392,11 @@ async fn a_fail_stopped_file_log_is_neither_live_nor_ready() {
     let dir = std::env::temp_dir().join(format!("ruststream-admin-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let broker = FileLogBroker::open(&dir).unwrap();
-    let app = RustStream::new(AppInfo::new("admin-filelog", "0"))
-        .admin(([127, 0, 0, 1], 0).into())
-        .with_broker(broker.clone(), |b| {
+    let app =
+        RustStream::new(AppInfo::new("admin-filelog", "0")).with_broker(broker.clone(), |b| {
             b.include(jobs);
-        })
-        .start()
-        .await
-        .unwrap();
-    let base = format!("http://{}", app.admin_addr().unwrap());
+        });
+    let (app, base) = serve(app, None).await;
     until_ready(&base).await;
     broker.inject_fsync_failure();
     let publisher = ruststream::Publisher::new(std::sync::Arc::new(broker.clone()));
@@ -449,17 +453,13 @@ async fn on_second(_job: &Job) {}
 async fn a_group_route_goes_to_the_broker_that_reads_the_group() {
     let (first, second) = (MemoryBroker::new(), MemoryBroker::new());
     let app = RustStream::new(AppInfo::new("admin-two", "0"))
-        .admin(([127, 0, 0, 1], 0).into())
         .with_broker(first, |b| {
             b.include(on_first);
         })
         .with_broker(second, |b| {
             b.include(on_second);
-        })
-        .start()
-        .await
-        .unwrap();
-    let base = format!("http://{}", app.admin_addr().unwrap());
+        });
+    let (app, base) = serve(app, None).await;
     for group in ["g", "h"] {
         let (status, body) = get(&format!("{base}/groups/admin-two/{group}")).await;
         assert_eq!(status, StatusCode::OK, "group {group}: {body}");

@@ -6,6 +6,8 @@
 //!   settled.
 //! - [`conformance`]: the broker conformance suite (`docs/semantics.md`), one
 //!   parameterised set of tests that every backend runs.
+//! - [`serve_admin`]: starts an app with its admin endpoint on a free
+//!   local port, for tests that call the endpoint over HTTP.
 //! - [`faults`]: [`FaultyBroker`], a broker wrapper that injects failures,
 //!   lost replies, delays and lost consumer groups on a seeded schedule.
 //!
@@ -37,11 +39,13 @@
 
 #![forbid(unsafe_code)]
 
+mod admin;
 pub mod conformance;
 pub mod faults;
 mod hand_written;
 mod harness;
 
+pub use admin::serve_admin;
 pub use faults::{CallKind, Fault, FaultyBroker};
 pub use harness::{Received, STEP_BUDGET, TestApp};
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use ruststream::prelude::*;
 use ruststream_core::{EntryId, Message, ReadMode, ReadRequest};
-use ruststream_testkit::{CallKind, Fault, FaultyBroker};
+use ruststream_testkit::{CallKind, Fault, FaultyBroker, serve_admin};
 use serde_json::Value;
 
 const STREAM: &str = "admin-faults";
@@ -73,16 +73,13 @@ async fn a_redrive_that_fails_part_way_says_what_it_did_and_can_be_sent_again() 
     dead_letters(&*faulty).await;
     // The second page of the redrive fails before it reaches the broker.
     faulty.script(CallKind::Redrive, 2, Fault::Before);
-    let app = RustStream::new(AppInfo::new("admin-faults", "0"))
-        .admin(([127, 0, 0, 1], 0).into())
-        .admin_token(TOKEN)
-        .with_shared_broker(faulty.clone(), |b| {
+    let app = RustStream::new(AppInfo::new("admin-faults", "0")).with_shared_broker(
+        faulty.clone(),
+        |b| {
             b.include(other);
-        })
-        .start()
-        .await
-        .unwrap();
-    let base = format!("http://{}", app.admin_addr().unwrap());
+        },
+    );
+    let (app, base) = serve_admin(app, Some(TOKEN)).await.unwrap();
 
     let (status, body) = redrive_all(&base).await;
     assert_eq!(status, 503, "{body}");
