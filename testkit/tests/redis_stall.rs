@@ -78,6 +78,25 @@ impl Stalled {
     }
 }
 
+/// Up to ten new entries of `stream` for `group`, read as `consumer`.
+async fn read_new(
+    broker: &RedisBroker,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+) -> ruststream::ReadBatch {
+    let request = ReadRequest::new(stream, group, consumer, ReadMode::New, 10);
+    broker.read(request).await.unwrap()
+}
+
+/// Publishes an empty JSON object to `stream`; its id.
+async fn publish_one(broker: &RedisBroker, stream: &str) -> EntryId {
+    broker
+        .publish(stream, Message::new(b"{}".to_vec()))
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_a_read_claims_after_its_caller_gave_up_is_handed_back() {
     let (s, g) = ("held", "g");
@@ -92,10 +111,7 @@ async fn an_entry_a_read_claims_after_its_caller_gave_up_is_handed_back() {
         .await;
     // The entry wakes the wait at once, and the queued read claims it; the
     // answer is held back until long after the read gave up.
-    publisher
-        .publish(s, Message::new(b"{}".to_vec()))
-        .await
-        .unwrap();
+    publish_one(publisher, s).await;
     let gave_up = read.await.unwrap();
     assert!(gave_up.is_err(), "no answer came in time: {gave_up:?}");
     let claimed = publisher
@@ -118,10 +134,7 @@ async fn an_entry_a_read_claims_after_its_caller_gave_up_is_handed_back() {
         "not handed back: {:?}",
         publisher.pending(s, g, EntryId::ZERO, 10, None).await
     );
-    let batch = publisher
-        .read(ReadRequest::new(s, g, "other", ReadMode::New, 10))
-        .await
-        .unwrap();
+    let batch = read_new(publisher, s, g, "other").await;
     assert_eq!(
         batch.deliveries.len(),
         1,
@@ -158,10 +171,7 @@ async fn a_late_hand_back_leaves_an_entry_delivered_again_since() {
     let read = stalled
         .wait_then_hold(ReadRequest::new(s, g, "c", ReadMode::New, 10))
         .await;
-    let e = publisher
-        .publish(s, Message::new(b"{}".to_vec()))
-        .await
-        .unwrap();
+    let e = publish_one(publisher, s).await;
     assert!(read.await.unwrap().is_err(), "the read gave up");
 
     // The re-check: the entry is pending under "c"; handed back, read again.
@@ -174,10 +184,7 @@ async fn a_late_hand_back_leaves_an_entry_delivered_again_since() {
         .retry(s, g, &[e], ruststream::Retry::After(Duration::ZERO))
         .await
         .unwrap();
-    let again = reader
-        .read(ReadRequest::new(s, g, "c", ReadMode::New, 10))
-        .await
-        .unwrap();
+    let again = read_new(reader, s, g, "c").await;
     assert_eq!(
         again.deliveries.iter().map(|d| d.id()).collect::<Vec<_>>(),
         [e]
@@ -186,10 +193,7 @@ async fn a_late_hand_back_leaves_an_entry_delivered_again_since() {
     // The late answer comes; its hand-back runs.
     proxy.release();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let other = publisher
-        .read(ReadRequest::new(s, g, "d", ReadMode::New, 10))
-        .await
-        .unwrap();
+    let other = read_new(publisher, s, g, "d").await;
     assert!(
         other.deliveries.is_empty(),
         "while c runs {e}, d is handed it too: {:?}",
