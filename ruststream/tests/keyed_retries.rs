@@ -15,8 +15,8 @@ use std::time::Duration;
 use ruststream::prelude::*;
 use ruststream::{ReadMode, ReadRequest, Subscriber};
 use support::{
-    Job, advance, dead_letters, group_info, publish_jobs, publish_keyed as publish, settle, start,
-    start_fresh, stream_len,
+    Job, advance, dead_letters, group_info, publish_jobs, publish_keyed as publish, settle,
+    start_fresh, start_two, stream_len,
 };
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
@@ -256,11 +256,7 @@ async fn mixed_reclaim(_job: &Job) {
 #[tokio::test(start_paused = true)]
 async fn a_slow_entry_of_a_new_subscription_is_not_reclaimed_by_its_sibling() {
     let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(mixed_new);
-        b.include(mixed_reclaim);
-    })
-    .await;
+    let app = start_two(&broker, mixed_new, mixed_reclaim).await;
     advance(Duration::from_secs(1), 1).await;
     publish_jobs(&broker, "mixed", [1]).await;
     advance(Duration::from_secs(1), 30).await;

@@ -14,7 +14,7 @@ use ruststream::prelude::*;
 use ruststream::{Broker, Message, PARTITION_KEY_HEADER, ReadMode, ReadRequest, StartError};
 use support::{
     Spy, advance, dead_letters, group_info, pending, settle, start, start_fresh, start_fresh_named,
-    start_one, stream_len, until, until_acked, until_dead, until_pending,
+    start_one, start_two, stream_len, until, until_acked, until_dead, until_pending,
 };
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
@@ -400,11 +400,7 @@ async fn unnamed_b(_job: &Job) {}
 #[tokio::test(start_paused = true)]
 async fn consumers_are_named_ruststream_n_per_process() {
     let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(unnamed_a);
-        b.include(unnamed_b);
-    })
-    .await;
+    let app = start_two(&broker, unnamed_a, unnamed_b).await;
     let names: Vec<String> = app.consumers().map(|(_, c)| c.to_owned()).collect();
     assert_eq!(names.len(), 2);
     for name in &names {
@@ -499,11 +495,7 @@ async fn free_keyed(job: &Job) {
 #[tokio::test(start_paused = true)]
 async fn keyless_entries_go_to_any_free_lane_while_another_is_stuck() {
     let broker = MemoryBroker::new();
-    let app = start(&broker, |b| {
-        b.include(free_lane);
-        b.include(free_keyed);
-    })
-    .await;
+    let app = start_two(&broker, free_lane, free_keyed).await;
     let publisher = Publisher::new(Arc::new(broker.clone()));
     publish(&broker, "free-lane", (0..11).map(job)).await;
     let slow = Job {

@@ -19,7 +19,7 @@ use ruststream::{
 };
 use support::{
     Job, advance, group_with_jobs, publish_jobs, publish_keyed, read_new_as, start_fresh_named,
-    start_named, start_one_named, stream_len,
+    start_one_named, start_two_named, stream_len,
 };
 
 /// A memory broker whose settles (ack, retry, dead letter) can be made to
@@ -539,11 +539,7 @@ async fn shared_reclaim(job: &Job) {
 #[tokio::test(start_paused = true)]
 async fn a_lost_group_is_recreated_after_the_last_entry_any_of_its_subscriptions_read() {
     let broker = Forgetful::default();
-    let app = start_named("test", broker.clone(), |b| {
-        b.include(shared_new);
-        b.include(shared_reclaim);
-    })
-    .await;
+    let app = start_two_named("test", broker.clone(), shared_new, shared_reclaim).await;
     publish_jobs(&broker.inner, "shared-lost", 0..5).await;
     advance(Duration::from_millis(20), 3).await;
     assert_eq!(*SHARED_SEEN.lock().unwrap(), [0, 1, 2, 3, 4]);
@@ -590,11 +586,7 @@ async fn a_group_lost_before_reading_is_recreated_where_start_at_moved_it() {
         .await
         .unwrap();
     broker.hold_new_reads.store(true, Ordering::SeqCst);
-    let app = start_named("test", broker.clone(), |b| {
-        b.include(moved_reclaim);
-        b.include(moved_new);
-    })
-    .await;
+    let app = start_two_named("test", broker.clone(), moved_reclaim, moved_new).await;
     broker.lose_group();
     broker.recreated_by_another_then_release_new_reads().await;
     assert_eq!(*MOVED_SEEN.lock().unwrap(), [0, 1, 2, 3, 4]);
@@ -615,11 +607,7 @@ async fn health_b(_job: &Job) {}
 #[tokio::test(start_paused = true)]
 async fn a_broker_that_stopped_taking_writes_makes_the_app_unhealthy() {
     let flaky = Flaky::default();
-    let app = start_named("test", flaky.clone(), |b| {
-        b.include(health_a);
-        b.include(health_b);
-    })
-    .await;
+    let app = start_two_named("test", flaky.clone(), health_a, health_b).await;
     assert!(app.health().is_healthy());
     assert_eq!(app.health().to_string(), "healthy");
     *flaky.stopped.lock().unwrap() = Some("fsync of segment 7 failed: EIO".into());

@@ -134,6 +134,30 @@ pub async fn start_one_named<B: Broker>(
     .await
 }
 
+/// Starts an app called `name` on `broker` with the two subscribers `first`
+/// and `second`.
+pub async fn start_two_named<B: Broker>(
+    name: &str,
+    broker: B,
+    first: impl Subscriber,
+    second: impl Subscriber,
+) -> ruststream::Running {
+    start_named(name, broker, |b| {
+        b.include(first);
+        b.include(second);
+    })
+    .await
+}
+
+/// Starts an app on `broker` with the two subscribers `first` and `second`.
+pub async fn start_two(
+    broker: &MemoryBroker,
+    first: impl Subscriber,
+    second: impl Subscriber,
+) -> ruststream::Running {
+    start_two_named("test", broker.clone(), first, second).await
+}
+
 /// Lets every task that can run, run, without moving the paused clock.
 pub async fn settle() {
     for _ in 0..200 {
