@@ -35,13 +35,22 @@ use support::redis_cluster::RedisCluster;
 /// read before the kill, which it does nearly always.
 const TRIES: usize = 5;
 
-/// Runs `read` on `broker` while the master of `stream` stalls, and drops
+/// Reads up to `count` entries of `stream` for group `g` as consumer `c`
+/// in `mode` on `broker` while the master of `stream` stalls, and drops
 /// every client connection of that master once the stall ends.
 async fn with_lost_reply(
     cluster: &RedisCluster,
+    broker: &RedisBroker,
     stream: &str,
-    read: impl Future<Output = BrokerResult<ReadBatch>> + Send + 'static,
+    mode: ReadMode,
+    count: usize,
 ) -> BrokerResult<ReadBatch> {
+    let (reader, s) = (broker.clone(), stream.to_owned());
+    let read = async move {
+        reader
+            .read(ReadRequest::new(&s, "g", "c", mode, count))
+            .await
+    };
     let master = cluster.master_of(cluster.slot_of(stream));
     let client = redis::Client::open(format!("redis://127.0.0.1:{}", master.port)).unwrap();
     let settings = redis::AsyncConnectionConfig::new().set_response_timeout(None);
@@ -165,13 +174,7 @@ async fn a_read_the_cluster_client_sends_twice_fails_and_nothing_is_stranded() {
     let mut noticed = 0;
     for _ in 0..TRIES {
         let (stream, _) = two_entries(&broker, "new").await;
-        let (reader, s) = (broker.clone(), stream.clone());
-        let read = with_lost_reply(&cluster, &stream, async move {
-            reader
-                .read(ReadRequest::new(&s, "g", "c", ReadMode::New, 1))
-                .await
-        })
-        .await;
+        let read = with_lost_reply(&cluster, &broker, &stream, ReadMode::New, 1).await;
         // Both attempts' `XREADGROUP` ran: two entries pending.
         if check(&broker, &stream, "c", read, 2).await {
             noticed += 1;
@@ -187,12 +190,8 @@ async fn a_read_the_cluster_client_sends_twice_fails_and_nothing_is_stranded() {
     let mut noticed = 0;
     for _ in 0..TRIES {
         let (stream, _) = two_idle_entries(&broker, "reclaim", "old", min_idle).await;
-        let (reader, s) = (broker.clone(), stream.clone());
-        let read = with_lost_reply(&cluster, &stream, async move {
-            let mode = ReadMode::Reclaim { min_idle };
-            reader.read(ReadRequest::new(&s, "g", "c", mode, 1)).await
-        })
-        .await;
+        let mode = ReadMode::Reclaim { min_idle };
+        let read = with_lost_reply(&cluster, &broker, &stream, mode, 1).await;
         // The script is atomic: the second attempt found the mark first
         // and changed nothing, so only the first attempt's entry is
         // pending.
@@ -214,15 +213,11 @@ async fn a_read_the_cluster_client_sends_twice_fails_and_nothing_is_stranded() {
     let mut sent_twice = 0;
     for _ in 0..TRIES {
         let (stream, sent) = two_idle_entries(&broker, "own", "c", min_idle).await;
-        let (reader, s) = (broker.clone(), stream.clone());
-        let read = with_lost_reply(&cluster, &stream, async move {
-            let mode = ReadMode::OwnPending {
-                after: EntryId::ZERO,
-                min_idle,
-            };
-            reader.read(ReadRequest::new(&s, "g", "c", mode, 10)).await
-        })
-        .await;
+        let mode = ReadMode::OwnPending {
+            after: EntryId::ZERO,
+            min_idle,
+        };
+        let read = with_lost_reply(&cluster, &broker, &stream, mode, 10).await;
         let Ok(batch) = read else {
             continue; // a failed read: the caller's re-check covers it
         };
