@@ -17,7 +17,8 @@
 //!   of the memory-broker benchmarks.
 //! - [`cpu`]: CPU time of a Redis server.
 //! - [`run_stream`]: the stream a Redis benchmark's subscribers read,
-//!   set per run.
+//!   set per run, and the plain subscriber ([`run_stream::ledger`]) they
+//!   share.
 
 pub mod cpu;
 pub mod memory_loops;

@@ -51,14 +51,14 @@ use std::time::{Duration, Instant};
 use ruststream::prelude::*;
 use ruststream::{Broker, Message};
 use ruststream_benches::redis_loops::{self, BATCH};
-use ruststream_benches::{Payment, Probe, batches, counting, cpu, median, payload, run_stream};
+use ruststream_benches::run_stream::{self, GROUP, PROBE, ledger};
+use ruststream_benches::{Payment, batches, counting, cpu, median, payload};
 use ruststream_redis::RedisBroker;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
 
 const DEFAULT_MESSAGES: u64 = 200_000;
 const REPS: usize = 5;
-const GROUP: &str = "ledger";
 /// The issue's target: the `#[subscriber]` path at 80% of the hand loop.
 const TARGET_RATIO: f64 = 0.80;
 /// Issue 15's target: a batch subscriber at least as fast as the hand loop.
@@ -66,16 +66,6 @@ const BATCH_TARGET_RATIO: f64 = 1.0;
 
 fn url() -> String {
     std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
-static PROBE: Probe = Probe::new();
-
-#[subscriber(
-    RedisStream::new(run_stream::name()).group(GROUP).start_id(StreamStart::Beginning),
-    workers(8)
-)]
-async fn ledger_default(payment: &Payment) {
-    PROBE.handled(payment);
 }
 
 #[subscriber(
@@ -158,7 +148,7 @@ async fn consume_app(
         match row {
             Row::SubscriberPrefetch => b.include(ledger_prefetch),
             Row::SubscriberBatch => b.include(ledger_batch),
-            _ => b.include(ledger_default),
+            _ => b.include(ledger),
         };
     })
     .await

@@ -8,7 +8,7 @@
 //!   and acked until empty. *hand loop*: `XREADGROUP COUNT 500` + one
 //!   `XACK` per batch on redis-rs's cluster connection, payloads decoded
 //!   with serde_json. *broker loop*: `RedisBroker::cluster` `read(500)` +
-//!   `ack`. *#[subscriber]*: an app with `workers(8)` and default options.
+//!   `ack`. *#\[subscriber\]*: an app with `workers(8)` and default options.
 //! - **consume, 8 streams**: eight such loops at once, one per stream, the
 //!   streams' slots spread over the three masters.
 //! - **publish, one message per call**: 8 concurrent publishers, with the
@@ -28,33 +28,22 @@ use std::error::Error;
 use std::time::{Duration, Instant};
 
 use redis::cluster_async::ClusterConnection;
-use ruststream::prelude::*;
 use ruststream::{Broker, Message};
 use ruststream_benches::redis_loops;
-use ruststream_benches::{Payment, Probe, median, payload, run_stream};
+use ruststream_benches::run_stream::{GROUP, PROBE, ledger};
+use ruststream_benches::{median, payload};
 use ruststream_redis::{RedisBroker, RedisConfig, ReplicaAck};
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
 
 const DEFAULT_MESSAGES: u64 = 100_000;
 const REPS: usize = 3;
-const GROUP: &str = "ledger";
 const STREAMS: usize = 8;
 const PUBLISHERS: u64 = 8;
 
 fn urls() -> Vec<String> {
     let list = std::env::var("RUSTSTREAM_REDIS_CLUSTER_URLS");
     ruststream_redis::split_urls(list.as_deref().unwrap_or("redis://127.0.0.1:7000"))
-}
-
-static PROBE: Probe = Probe::new();
-
-#[subscriber(
-    RedisStream::new(run_stream::name()).group(GROUP).start_id(StreamStart::Beginning),
-    workers(8)
-)]
-async fn ledger(payment: &Payment) {
-    PROBE.handled(payment);
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
