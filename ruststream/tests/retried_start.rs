@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ruststream::prelude::*;
-use ruststream::{Broker, BrokerError, BrokerFuture, StreamStart, forward_broker};
-use support::{Job, advance, group_with_jobs, read_new_as};
+use ruststream::{Broker, BrokerFuture, StreamStart, forward_broker};
+use support::{Job, advance, group_with_jobs, read_new_as, refused};
 
 /// A memory broker that refuses the first `ensure_group`: a broker not up
 /// yet when the app first starts.
@@ -32,10 +32,7 @@ impl Broker for NotYet {
     ) -> BrokerFuture<'a, bool> {
         Box::pin(async move {
             if !self.refused.swap(true, Ordering::SeqCst) {
-                return Err(BrokerError::Connection {
-                    broker: "not-yet",
-                    detail: "injected: connection refused".into(),
-                });
+                return Err(refused("not-yet"));
             }
             self.inner.ensure_group(stream, group, start).await
         })

@@ -18,8 +18,8 @@ use ruststream::{
     broker_methods, forward_broker,
 };
 use support::{
-    Job, advance, group_with_jobs, publish_jobs, publish_keyed, read_new_as, start_fresh_named,
-    start_one_named, start_two_named, stream_len,
+    Job, advance, group_with_jobs, publish_jobs, publish_keyed, read_new_as, refused,
+    start_fresh_named, start_one_named, start_two_named, stream_len,
 };
 
 /// A memory broker whose settles (ack, retry, dead letter) can be made to
@@ -47,10 +47,7 @@ impl Flaky {
     fn refuse(&self) -> Option<BrokerError> {
         self.fail_settles.load(Ordering::SeqCst).then(|| {
             self.failed.fetch_add(1, Ordering::SeqCst);
-            BrokerError::Connection {
-                broker: "flaky",
-                detail: "injected: connection refused".into(),
-            }
+            refused("flaky")
         })
     }
 
