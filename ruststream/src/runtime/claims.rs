@@ -11,8 +11,10 @@
 //!
 //! A handler can also refresh its entry by hand with
 //! `Context::extend_claim`. Entries whose decisions are on their way to the
-//! broker are not refreshed: a retry on a claiming subscription is left
-//! pending on purpose, for a claiming read to take once idle.
+//! broker (an ack that keeps failing, say) are refreshed too, so no
+//! claiming read takes them while the call is made again; a retry on a
+//! claiming subscription is not (it is left pending on purpose, for a
+//! claiming read to take once idle, and holds nothing here).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -29,7 +29,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ruststream_core::{BrokerResult, Delivery, ReadBatch, ReadMode};
+use ruststream_core::{BrokerResult, Delivery, EntryId, ReadBatch, ReadMode};
 use tokio::sync::watch;
 
 use super::Counters;
@@ -204,7 +204,10 @@ where
                 Wake::Read(ReadWake::BackedOff | ReadWake::Settled | ReadWake::LookDue)
                 | Wake::Due
                 | Wake::Parked => {}
-                Wake::KeepAlive => self.keep_alive.refresh(self.lanes.holding()),
+                Wake::KeepAlive => {
+                    let ids = self.in_hand();
+                    self.keep_alive.refresh(ids);
+                }
                 Wake::Stop => self.on_stop(),
                 Wake::Deadline => self.on_deadline(),
             }
@@ -362,12 +365,64 @@ where
     async fn on_read(&mut self, result: BrokerResult<ReadBatch>) {
         match result {
             Ok(batch) => {
-                let deliveries = self.reader.took(batch);
+                let mut deliveries = self.reader.took(batch);
+                self.skip_in_hand(&mut deliveries);
                 self.held += deliveries.len();
                 let done = self.lanes.queue_all(deliveries);
                 self.reader.recycle(done);
             }
             Err(error) => self.reader.failed(error).await,
+        }
+    }
+
+    /// The entries the subscription holds: on its lanes (queued, running,
+    /// held after a retry), and those whose decisions have not reached the
+    /// broker yet.
+    fn in_hand(&self) -> Vec<EntryId> {
+        let mut ids = self.lanes.holding();
+        self.decisions.ids(&mut ids);
+        self.outbox.in_hand(&mut ids);
+        ids
+    }
+
+    /// Leaves out of a read what the subscription already holds. A
+    /// claiming or reclaim read takes any entry idle `min_idle`, this
+    /// consumer's own included, and a claim is not refreshed while the
+    /// broker cannot be reached: so after an outage, or while an ack keeps
+    /// failing, a read can hand out again an entry a lane still runs, or
+    /// whose ack is on its way. It is not run again (twice at once, or
+    /// after its key's later entries): what holds it settles it
+    /// (`docs/guarantees.md`, "Under faults": own take-backs). It counts as settled at
+    /// once, as it was counted as read.
+    fn skip_in_hand(&mut self, deliveries: &mut Vec<Delivery>) {
+        // A first delivery cannot be held already.
+        if deliveries.iter().all(|d| d.delivery_count == 0) {
+            return;
+        }
+        let mut in_hand = self.in_hand();
+        if in_hand.is_empty() {
+            return;
+        }
+        in_hand.sort_unstable();
+        let env = &self.pipeline.env;
+        let before = deliveries.len();
+        deliveries.retain(|delivery| {
+            let id = delivery.id();
+            let held = delivery.delivery_count > 0 && in_hand.binary_search(&id).is_ok();
+            if held {
+                group_event!(
+                    info,
+                    env,
+                    %id,
+                    delivery_count = delivery.delivery_count,
+                    "a read handed out again an entry this subscription still holds: not run twice"
+                );
+            }
+            !held
+        });
+        let skipped = before - deliveries.len();
+        if skipped > 0 {
+            env.counters.add_settled(skipped as u64);
         }
     }
 
@@ -378,7 +433,8 @@ where
         // A read that came back but was not taken in yet: its entries join
         // the queue, and go back with it below.
         if let Some(Ok(batch)) = self.reader.take_returned() {
-            let deliveries = self.reader.took(batch);
+            let mut deliveries = self.reader.took(batch);
+            self.skip_in_hand(&mut deliveries);
             self.held += deliveries.len();
             let _done = self.lanes.queue_all(deliveries);
         }

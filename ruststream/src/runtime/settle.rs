@@ -94,6 +94,9 @@ pub(super) struct Outbox {
     /// Signalled when the outbox is closed, for a settler waiting out a
     /// backoff.
     closing: Notify,
+    /// The entries of the batch the settler is applying, until it has
+    /// applied all of it (see [`Outbox::in_hand`]).
+    applying: Mutex<Vec<EntryId>>,
 }
 
 impl Outbox {
@@ -104,6 +107,21 @@ impl Outbox {
             .unwrap_or_else(PoisonError::into_inner)
             .append(ops);
         self.ready.notify_one();
+    }
+
+    /// Adds to `ids` every entry whose decision is on its way to the broker
+    /// and has not landed yet: waiting here, or in the batch the settler
+    /// applies (a call of it may be failing and made again). The
+    /// subscription still holds these entries: their claims are refreshed,
+    /// and a read that hands one out again does not run it twice
+    /// (`docs/guarantees.md`, "Under faults": own take-backs). A retry left pending on
+    /// purpose (`Decision::Leave`) is not among them.
+    pub(super) fn in_hand(&self, ids: &mut Vec<EntryId>) {
+        self.ops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .ids(ids);
+        ids.extend_from_slice(&self.applying.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
     /// Whether no more outcomes will come: the subscription has stopped.
@@ -170,7 +188,18 @@ pub(super) async fn settle_loop(env: Env, outbox: Arc<Outbox>, last_read: Arc<La
     };
     while outbox.take(&mut batch).await {
         let settled = batch.count;
+        batch.ids(
+            &mut outbox
+                .applying
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         batch.apply(&settler).await;
+        outbox
+            .applying
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         env.counters.add_settled(settled as u64);
         outbox.settled.notify_one();
     }
@@ -233,6 +262,15 @@ impl SettleBatch {
 
     pub(super) fn is_empty(&self) -> bool {
         self.count == 0 && self.reruns.is_empty()
+    }
+
+    /// Adds the entries the batch settles to `ids`.
+    pub(super) fn ids(&self, ids: &mut Vec<EntryId>) {
+        ids.extend_from_slice(&self.acks);
+        ids.extend_from_slice(&self.copies);
+        ids.extend(self.delayed.iter().map(|&(_, id, _)| id));
+        ids.extend(self.handed_back.iter().map(|&(id, _)| id));
+        ids.extend(self.dead.iter().map(|(id, _)| *id));
     }
 
     /// Where the held entries run again go (see `reruns`).

@@ -1,0 +1,231 @@
+//! A claiming subscription's own read can hand out again an entry this
+//! same process still holds: a claiming read takes any entry idle
+//! `min_idle`, its own consumer's included, and a claim lapses while acks
+//! keep failing or the broker is away. Such an entry must not run again:
+//! not twice at once, not after its key's later entries, and not into
+//! `max_deliveries` (`docs/guarantees.md`, "Under faults": own take-backs).
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ruststream::{
+    AppInfo, Context, HandlerOutcome, PARTITION_KEY_HEADER, Running, RustStream, Settle, Stream,
+    Subscriber, SubscriberInfo, Subscription,
+};
+use ruststream_core::{Broker, DeadLetter, EntryId, Message};
+use ruststream_memory::MemoryBroker;
+use ruststream_testkit::faults::{CallKind, FaultyBroker};
+
+const MIN_IDLE: Duration = Duration::from_millis(300);
+
+/// Records `(payload, delivery count)` per run and, per payload, whether a
+/// run started while another run of it was still going.
+struct Recorder {
+    subscription: Subscription,
+    /// How long a run of each payload takes.
+    takes: fn(&str) -> Duration,
+    runs: Arc<Mutex<Vec<(String, u32)>>>,
+    running: Arc<Mutex<Vec<String>>>,
+    overlaps: Arc<Mutex<Vec<String>>>,
+}
+
+impl Subscriber for Recorder {
+    fn info(&self) -> SubscriberInfo {
+        SubscriberInfo {
+            name: "recorder",
+            module: module_path!(),
+            file: file!(),
+            line: line!(),
+        }
+    }
+
+    fn subscription(&self) -> Subscription {
+        self.subscription.clone()
+    }
+
+    fn handle<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a {
+        let text = String::from_utf8(ctx.payload().to_vec()).unwrap();
+        let count = ctx.delivery_count();
+        let takes = (self.takes)(&text);
+        let (runs, running, overlaps) = (
+            Arc::clone(&self.runs),
+            Arc::clone(&self.running),
+            Arc::clone(&self.overlaps),
+        );
+        async move {
+            runs.lock().unwrap().push((text.clone(), count));
+            {
+                let mut r = running.lock().unwrap();
+                if r.contains(&text) {
+                    overlaps
+                        .lock()
+                        .unwrap()
+                        .push(format!("{text} (count {count})"));
+                }
+                r.push(text.clone());
+            }
+            tokio::time::sleep(takes).await;
+            let mut r = running.lock().unwrap();
+            let at = r.iter().position(|t| t == &text).unwrap();
+            r.remove(at);
+            Settle::Outcome(HandlerOutcome::ack())
+        }
+    }
+}
+
+struct Setup {
+    inner: MemoryBroker,
+    faults: Arc<FaultyBroker>,
+    app: Running,
+    runs: Arc<Mutex<Vec<(String, u32)>>>,
+    overlaps: Arc<Mutex<Vec<String>>>,
+}
+
+/// One app (one consumer) on a memory broker wrapped in the fault injector,
+/// with one claiming subscription (`min_idle` 300 ms).
+async fn setup(subscription: Subscription, takes: fn(&str) -> Duration) -> Setup {
+    let inner = MemoryBroker::new();
+    let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 7));
+    let runs: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
+    let overlaps: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sub = Recorder {
+        subscription,
+        takes,
+        runs: Arc::clone(&runs),
+        running: Arc::default(),
+        overlaps: Arc::clone(&overlaps),
+    };
+    let broker: Arc<dyn Broker> = faults.clone();
+    let app = RustStream::new(AppInfo::new("take-back", "0"))
+        .with_shared_broker(broker, |b| {
+            b.include(sub);
+        })
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Setup {
+        inner,
+        faults,
+        app,
+        runs,
+        overlaps,
+    }
+}
+
+fn keyed(text: &str) -> Message {
+    Message::new(text.as_bytes().to_vec()).with_header(PARTITION_KEY_HEADER, "K")
+}
+
+/// Key K: e0 (acked at once), then e1 (2 s), on `workers(1, by_key)`.
+/// Acks are refused for 3 s from just before they are read (reads work).
+/// Returns the runs and the dead letters afterwards.
+async fn key_k_with_acks_refused(
+    max_deliveries: Option<u32>,
+    whole_outage: bool,
+) -> (Vec<(String, u32)>, Vec<DeadLetter>) {
+    let s = "take-back-ack-refused";
+    let mut subscription = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
+        .workers(1)
+        .by_key();
+    if let Some(max) = max_deliveries {
+        subscription = subscription.max_deliveries(max);
+    }
+    let t = setup(subscription, |text| {
+        if text == "e1" {
+            Duration::from_secs(2)
+        } else {
+            Duration::ZERO
+        }
+    })
+    .await;
+    t.faults.outage(&[CallKind::Ack], Duration::from_secs(3));
+    t.inner.publish(s, keyed("e0")).await.unwrap();
+    t.inner.publish(s, keyed("e1")).await.unwrap();
+    if whole_outage {
+        // e0 has run (its ack is failing), e1 runs: now the broker goes away
+        // altogether for 3 s (reads, listings and every settle fail).
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let mut kinds = vec![CallKind::Read, CallKind::Pending];
+        kinds.extend(CallKind::SETTLES);
+        t.faults.outage(&kinds, Duration::from_secs(3));
+    }
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    t.app.shutdown().await;
+    let dead = t
+        .inner
+        .dead_letters(s, "g", EntryId::ZERO, 10)
+        .await
+        .unwrap();
+    let runs = t.runs.lock().unwrap().clone();
+    eprintln!("runs {runs:?}; injected {}", t.faults.injected());
+    (runs, dead)
+}
+
+/// One consumer, `workers(1, by_key)`: e0 then e1 of one key. A refused ack
+/// is "applied again until it lands"; meanwhile the subscription's own
+/// claiming read takes e0 back (its claim is not refreshed while its ack
+/// waits) and runs it again after e1: the key runs out of order on one
+/// consumer, and e0 runs three times though it was acked each time.
+#[tokio::test(start_paused = true)]
+async fn refused_acks_make_one_consumer_rerun_a_key_out_of_order() {
+    let (runs, _) = key_k_with_acks_refused(None, false).await;
+    let expected = [("e0".to_owned(), 0), ("e1".to_owned(), 0)];
+    assert_eq!(runs, expected, "key K on one consumer");
+}
+
+/// The same through a whole outage of the broker of ten times `min_idle`
+/// (reads fail too), then recovery.
+#[tokio::test(start_paused = true)]
+async fn an_outage_makes_one_consumer_rerun_a_key_out_of_order() {
+    let (runs, _) = key_k_with_acks_refused(None, true).await;
+    let order: Vec<&str> = runs.iter().map(|(t, _)| t.as_str()).collect();
+    assert!(
+        order.windows(2).all(|w| w[0] <= w[1]),
+        "key K ran out of order on one consumer: {runs:?}"
+    );
+}
+
+/// With `max_deliveries(2)`, entries whose handler acked every delivery end
+/// dead-lettered, because each take-back by the own claiming read counted
+/// a delivery while the ack waited.
+#[tokio::test(start_paused = true)]
+async fn refused_acks_dead_letter_entries_whose_every_run_acked() {
+    let (runs, dead) = key_k_with_acks_refused(Some(2), false).await;
+    assert!(
+        dead.is_empty(),
+        "dead-lettered though every run acked (runs {runs:?}): {:?}",
+        dead.iter().map(|d| d.reason.clone()).collect::<Vec<_>>()
+    );
+}
+
+/// One process, `workers(2)` (no key): a 5 s handler runs when the broker
+/// goes away for 2 s (its claim refreshes fail). After the outage the
+/// subscription's own claiming read takes the entry back and a second lane
+/// starts it while the first still runs it.
+#[tokio::test(start_paused = true)]
+async fn one_process_runs_an_entry_twice_at_once_after_an_outage() {
+    let s = "take-back-overlap";
+    let subscription = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g")).workers(2);
+    let t = setup(subscription, |_| Duration::from_secs(5)).await;
+    t.inner
+        .publish(s, Message::new(b"slow".to_vec()))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut kinds = vec![CallKind::Read, CallKind::Pending];
+    kinds.extend(CallKind::SETTLES);
+    t.faults.outage(&kinds, Duration::from_secs(2));
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    t.app.shutdown().await;
+    let overlaps = t.overlaps.lock().unwrap().clone();
+    let runs = t.runs.lock().unwrap().clone();
+    assert!(
+        overlaps.is_empty(),
+        "started again while this process still runs it: {overlaps:?}; runs {runs:?}; injected {}",
+        t.faults.injected()
+    );
+}
