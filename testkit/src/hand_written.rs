@@ -1,21 +1,25 @@
-//! Subscribers written by hand, for tests whose handler carries state.
+//! Subscribers written by hand, for tests whose handler carries state
+//! (what `#[subscriber]` on a free function cannot hold).
 
 use std::future::Future;
 
 use ruststream::{Context, Settle, Subscriber, SubscriberInfo, Subscription};
 
 /// What a subscriber written by hand does with each delivery.
-pub(crate) trait Handle: Send + Sync + 'static {
+pub trait Handle: Send + Sync + 'static {
     /// Handles the delivery `ctx` is about; the future settles it.
     fn start<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a;
 }
 
 /// A subscriber written by hand: its name, its subscription, and the
 /// handler (with its state) that handles each delivery.
-pub(crate) struct HandWritten<H> {
-    pub(crate) name: &'static str,
-    pub(crate) subscription: Subscription,
-    pub(crate) handler: H,
+pub struct HandWritten<H> {
+    /// The subscriber's name (in logs and metrics).
+    pub name: &'static str,
+    /// What it reads and how.
+    pub subscription: Subscription,
+    /// What it does with each delivery.
+    pub handler: H,
 }
 
 impl<H: Handle> Subscriber for HandWritten<H> {

@@ -8,6 +8,8 @@
 //!   parameterised set of tests that every backend runs.
 //! - [`serve_admin`]: starts an app with its admin endpoint on a free
 //!   local port, for tests that call the endpoint over HTTP.
+//! - [`HandWritten`]: a subscriber written by hand around a [`Handle`],
+//!   for a test whose handler carries state.
 //! - [`faults`]: [`FaultyBroker`], a broker wrapper that injects failures,
 //!   lost replies, delays and lost consumer groups on a seeded schedule.
 //!
@@ -43,6 +45,7 @@ mod admin;
 pub mod conformance;
 pub mod faults;
 mod hand_written;
+pub use hand_written::{HandWritten, Handle};
 mod harness;
 
 pub use admin::serve_admin;

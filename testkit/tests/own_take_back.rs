@@ -13,18 +13,18 @@ use std::time::Duration;
 
 use ruststream::{
     AppInfo, Context, HandlerOutcome, PARTITION_KEY_HEADER, Running, RustStream, Settle, Stream,
-    Subscriber, SubscriberInfo, Subscription,
+    Subscription,
 };
 use ruststream_core::{Broker, DeadLetter, EntryId, Message};
 use ruststream_memory::MemoryBroker;
 use ruststream_testkit::faults::{CallKind, FaultyBroker};
+use ruststream_testkit::{HandWritten, Handle};
 
 const MIN_IDLE: Duration = Duration::from_millis(300);
 
 /// Records `(payload, delivery count)` per run and, per payload, whether a
 /// run started while another run of it was still going.
 struct Recorder {
-    subscription: Subscription,
     /// How long a run of each payload takes.
     takes: fn(&str) -> Duration,
     runs: Arc<Mutex<Vec<(String, u32)>>>,
@@ -32,21 +32,8 @@ struct Recorder {
     overlaps: Arc<Mutex<Vec<String>>>,
 }
 
-impl Subscriber for Recorder {
-    fn info(&self) -> SubscriberInfo {
-        SubscriberInfo {
-            name: "recorder",
-            module: module_path!(),
-            file: file!(),
-            line: line!(),
-        }
-    }
-
-    fn subscription(&self) -> Subscription {
-        self.subscription.clone()
-    }
-
-    fn handle<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a {
+impl Handle for Recorder {
+    fn start<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a {
         let text = String::from_utf8(ctx.payload().to_vec()).unwrap();
         let count = ctx.delivery_count();
         let takes = (self.takes)(&text);
@@ -79,24 +66,44 @@ impl Subscriber for Recorder {
 struct Setup {
     inner: MemoryBroker,
     faults: Arc<FaultyBroker>,
-    app: Running,
+    app: Option<Running>,
     runs: Arc<Mutex<Vec<(String, u32)>>>,
     overlaps: Arc<Mutex<Vec<String>>>,
 }
 
 /// One app (one consumer) on a memory broker wrapped in the fault injector,
 /// with one claiming subscription (`min_idle` 300 ms).
+impl Setup {
+    /// The broker goes away for `d`: reads, listings and every settle fail.
+    fn broker_away_for(&self, d: Duration) {
+        let mut kinds = vec![CallKind::Read, CallKind::Pending];
+        kinds.extend(CallKind::SETTLES);
+        self.faults.outage(&kinds, d);
+    }
+
+    /// Lets the app run for 20 s (paused clock), then shuts it down.
+    async fn run_out(&mut self) {
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        if let Some(app) = self.app.take() {
+            app.shutdown().await;
+        }
+    }
+}
+
 async fn setup(subscription: Subscription, takes: fn(&str) -> Duration) -> Setup {
     let inner = MemoryBroker::new();
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 7));
     let runs: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
     let overlaps: Arc<Mutex<Vec<String>>> = Arc::default();
-    let sub = Recorder {
+    let sub = HandWritten {
+        name: "recorder",
         subscription,
-        takes,
-        runs: Arc::clone(&runs),
-        running: Arc::default(),
-        overlaps: Arc::clone(&overlaps),
+        handler: Recorder {
+            takes,
+            runs: Arc::clone(&runs),
+            running: Arc::default(),
+            overlaps: Arc::clone(&overlaps),
+        },
     };
     let broker: Arc<dyn Broker> = faults.clone();
     let app = RustStream::new(AppInfo::new("take-back", "0"))
@@ -110,7 +117,7 @@ async fn setup(subscription: Subscription, takes: fn(&str) -> Duration) -> Setup
     Setup {
         inner,
         faults,
-        app,
+        app: Some(app),
         runs,
         overlaps,
     }
@@ -134,7 +141,7 @@ async fn key_k_with_acks_refused(
     if let Some(max) = max_deliveries {
         subscription = subscription.max_deliveries(max);
     }
-    let t = setup(subscription, |text| {
+    let mut t = setup(subscription, |text| {
         if text == "e1" {
             Duration::from_secs(2)
         } else {
@@ -149,12 +156,9 @@ async fn key_k_with_acks_refused(
         // e0 has run (its ack is failing), e1 runs: now the broker goes away
         // altogether for 3 s (reads, listings and every settle fail).
         tokio::time::sleep(Duration::from_millis(1)).await;
-        let mut kinds = vec![CallKind::Read, CallKind::Pending];
-        kinds.extend(CallKind::SETTLES);
-        t.faults.outage(&kinds, Duration::from_secs(3));
+        t.broker_away_for(Duration::from_secs(3));
     }
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    t.app.shutdown().await;
+    t.run_out().await;
     let dead = t
         .inner
         .dead_letters(s, "g", EntryId::ZERO, 10)
@@ -210,17 +214,14 @@ async fn refused_acks_dead_letter_entries_whose_every_run_acked() {
 async fn one_process_runs_an_entry_twice_at_once_after_an_outage() {
     let s = "take-back-overlap";
     let subscription = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g")).workers(2);
-    let t = setup(subscription, |_| Duration::from_secs(5)).await;
+    let mut t = setup(subscription, |_| Duration::from_secs(5)).await;
     t.inner
         .publish(s, Message::new(b"slow".to_vec()))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut kinds = vec![CallKind::Read, CallKind::Pending];
-    kinds.extend(CallKind::SETTLES);
-    t.faults.outage(&kinds, Duration::from_secs(2));
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    t.app.shutdown().await;
+    t.broker_away_for(Duration::from_secs(2));
+    t.run_out().await;
     let overlaps = t.overlaps.lock().unwrap().clone();
     let runs = t.runs.lock().unwrap().clone();
     assert!(
