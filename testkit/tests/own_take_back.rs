@@ -27,6 +27,8 @@ const MIN_IDLE: Duration = Duration::from_millis(300);
 struct Recorder {
     /// How long a run of each payload takes.
     takes: fn(&str) -> Duration,
+    /// How a run of a payload ends, by its delivery count.
+    outcome: fn(&str, u32) -> HandlerOutcome,
     runs: Arc<Mutex<Vec<(String, u32)>>>,
     running: Arc<Mutex<Vec<String>>>,
     overlaps: Arc<Mutex<Vec<String>>>,
@@ -37,6 +39,7 @@ impl Handle for Recorder {
         let text = String::from_utf8(ctx.payload().to_vec()).unwrap();
         let count = ctx.delivery_count();
         let takes = (self.takes)(&text);
+        let outcome = (self.outcome)(&text, count);
         let (runs, running, overlaps) = (
             Arc::clone(&self.runs),
             Arc::clone(&self.running),
@@ -58,7 +61,7 @@ impl Handle for Recorder {
             let mut r = running.lock().unwrap();
             let at = r.iter().position(|t| t == &text).unwrap();
             r.remove(at);
-            Settle::Outcome(HandlerOutcome::ack())
+            Settle::Outcome(outcome)
         }
     }
 }
@@ -90,7 +93,16 @@ impl Setup {
     }
 }
 
-async fn setup(subscription: Subscription, takes: fn(&str) -> Duration) -> Setup {
+/// Acks every run.
+fn ack(_: &str, _: u32) -> HandlerOutcome {
+    HandlerOutcome::ack()
+}
+
+async fn setup(
+    subscription: Subscription,
+    takes: fn(&str) -> Duration,
+    outcome: fn(&str, u32) -> HandlerOutcome,
+) -> Setup {
     let inner = MemoryBroker::new();
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 7));
     let runs: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
@@ -100,6 +112,7 @@ async fn setup(subscription: Subscription, takes: fn(&str) -> Duration) -> Setup
         subscription,
         handler: Recorder {
             takes,
+            outcome,
             runs: Arc::clone(&runs),
             running: Arc::default(),
             overlaps: Arc::clone(&overlaps),
@@ -141,14 +154,14 @@ async fn key_k_with_acks_refused(
     if let Some(max) = max_deliveries {
         subscription = subscription.max_deliveries(max);
     }
-    let mut t = setup(subscription, |text| {
+    let takes = |text: &str| {
         if text == "e1" {
             Duration::from_secs(2)
         } else {
             Duration::ZERO
         }
-    })
-    .await;
+    };
+    let mut t = setup(subscription, takes, ack).await;
     t.faults.outage(&[CallKind::Ack], Duration::from_secs(3));
     t.inner.publish(s, keyed("e0")).await.unwrap();
     t.inner.publish(s, keyed("e1")).await.unwrap();
@@ -214,7 +227,7 @@ async fn refused_acks_dead_letter_entries_whose_every_run_acked() {
 async fn one_process_runs_an_entry_twice_at_once_after_an_outage() {
     let s = "take-back-overlap";
     let subscription = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g")).workers(2);
-    let mut t = setup(subscription, |_| Duration::from_secs(5)).await;
+    let mut t = setup(subscription, |_| Duration::from_secs(5), ack).await;
     t.inner
         .publish(s, Message::new(b"slow".to_vec()))
         .await
@@ -229,4 +242,34 @@ async fn one_process_runs_an_entry_twice_at_once_after_an_outage() {
         "started again while this process still runs it: {overlaps:?}; runs {runs:?}; injected {}",
         t.faults.injected()
     );
+}
+
+/// The other side of the guard: a delayed retry that has landed makes its
+/// entry owed, and a read hands it out again while a dead letter decided
+/// in the same wake is still being made again (dead letters refused for
+/// 2 s). The entry is not in hand any more: it runs again at once. (Left
+/// out as "in hand", a `new` subscription would never read it again.)
+#[tokio::test(start_paused = true)]
+async fn an_entry_owed_again_runs_while_the_rest_of_its_batch_waits() {
+    let s = "take-back-owed";
+    let subscription = Subscription::new(Stream::new(s).group("g")).workers(2);
+    let outcome = |text: &str, count: u32| match (text, count) {
+        ("x", 0) => HandlerOutcome::retry_after(Duration::from_millis(10)),
+        ("y", _) => HandlerOutcome::dead_letter("poison"),
+        _ => HandlerOutcome::ack(),
+    };
+    let mut t = setup(subscription, |_| Duration::ZERO, outcome).await;
+    t.faults
+        .outage(&[CallKind::DeadLetter], Duration::from_secs(2));
+    let batch = vec![Message::new(b"x".to_vec()), Message::new(b"y".to_vec())];
+    t.inner.publish_batch(s, batch).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let runs = t.runs.lock().unwrap().clone();
+    assert!(
+        runs.contains(&("x".to_owned(), 1)),
+        "x, owed again after 10 ms, ran again while y's dead letter waited: {runs:?}"
+    );
+    t.run_out().await;
+    let info = t.inner.group_info(s, "g").await.unwrap();
+    assert_eq!((info.pending, info.lag), (0, 0), "{info:?}");
 }

@@ -29,7 +29,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ruststream_core::{BrokerResult, Delivery, EntryId, ReadBatch, ReadMode};
+use ruststream_core::{BrokerResult, Delivery, ReadBatch, ReadMode};
 use tokio::sync::watch;
 
 use super::Counters;
@@ -38,7 +38,7 @@ use super::claims::KeepAlive;
 use super::handle::Pipeline;
 use super::lanes::{Finished, Held, Lane, Lanes, Polled, Started};
 use super::read::{LastRead, ReadWake, Reader};
-use super::settle::{Decided, Decision, Outbox, SettleBatch};
+use super::settle::{Decided, Decision, InHand, Outbox, SettleBatch};
 use crate::Subscriber;
 use crate::observe::Settlement;
 
@@ -205,8 +205,9 @@ where
                 | Wake::Due
                 | Wake::Parked => {}
                 Wake::KeepAlive => {
-                    let ids = self.in_hand();
-                    self.keep_alive.refresh(ids);
+                    let InHand { mut ending, owing } = self.in_hand();
+                    ending.extend(owing);
+                    self.keep_alive.refresh(ending);
                 }
                 Wake::Stop => self.on_stop(),
                 Wake::Deadline => self.on_deadline(),
@@ -376,13 +377,16 @@ where
     }
 
     /// The entries the subscription holds: on its lanes (queued, running,
-    /// held after a retry), and those whose decisions have not reached the
-    /// broker yet.
-    fn in_hand(&self) -> Vec<EntryId> {
-        let mut ids = self.lanes.holding();
-        self.decisions.ids(&mut ids);
-        self.outbox.in_hand(&mut ids);
-        ids
+    /// held after a retry, in `ending`), and those whose decisions have not
+    /// reached the broker yet.
+    fn in_hand(&self) -> InHand {
+        let mut in_hand = InHand {
+            ending: self.lanes.holding(),
+            owing: Vec::new(),
+        };
+        self.decisions.in_hand(&mut in_hand);
+        self.outbox.in_hand(&mut in_hand);
+        in_hand
     }
 
     /// Leaves out of a read what the subscription already holds. A
@@ -399,7 +403,11 @@ where
         if deliveries.iter().all(|d| d.delivery_count == 0) {
             return;
         }
-        let mut in_hand = self.in_hand();
+        // An entry whose delayed retry or hand-back has landed is rightly
+        // handed out again, before the rest of its batch has landed: only
+        // the entries on the lanes and those to be acked, copied or
+        // dead-lettered are held.
+        let mut in_hand = self.in_hand().ending;
         if in_hand.is_empty() {
             return;
         }

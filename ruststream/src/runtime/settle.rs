@@ -96,7 +96,26 @@ pub(super) struct Outbox {
     closing: Notify,
     /// The entries of the batch the settler is applying, until it has
     /// applied all of it (see [`Outbox::in_hand`]).
-    applying: Mutex<Vec<EntryId>>,
+    applying: Mutex<InHand>,
+}
+
+/// Entries whose decisions have not reached the broker yet, by what the
+/// decision does.
+#[derive(Default)]
+pub(super) struct InHand {
+    /// Acks, retry copies and dead letters: once applied, the entry is
+    /// never handed out again under its id.
+    pub(super) ending: Vec<EntryId>,
+    /// Delayed retries and hand-backs: once applied, a read hands the entry
+    /// out again, rightly, even while the rest of the batch is applied.
+    pub(super) owing: Vec<EntryId>,
+}
+
+impl InHand {
+    fn clear(&mut self) {
+        self.ending.clear();
+        self.owing.clear();
+    }
 }
 
 impl Outbox {
@@ -109,19 +128,21 @@ impl Outbox {
         self.ready.notify_one();
     }
 
-    /// Adds to `ids` every entry whose decision is on its way to the broker
-    /// and has not landed yet: waiting here, or in the batch the settler
-    /// applies (a call of it may be failing and made again). The
+    /// Adds to `into` every entry whose decision is on its way to the
+    /// broker and has not landed yet: waiting here, or in the batch the
+    /// settler applies (a call of it may be failing and made again). The
     /// subscription still holds these entries: their claims are refreshed,
     /// and a read that hands one out again does not run it twice
-    /// (`docs/guarantees.md`, "Under faults": own take-backs). A retry left pending on
-    /// purpose (`Decision::Leave`) is not among them.
-    pub(super) fn in_hand(&self, ids: &mut Vec<EntryId>) {
+    /// (`docs/guarantees.md`, "Under faults": own take-backs). A retry left
+    /// pending on purpose (`Decision::Leave`) is not among them.
+    pub(super) fn in_hand(&self, into: &mut InHand) {
         self.ops
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .ids(ids);
-        ids.extend_from_slice(&self.applying.lock().unwrap_or_else(PoisonError::into_inner));
+            .in_hand(into);
+        let applying = self.applying.lock().unwrap_or_else(PoisonError::into_inner);
+        into.ending.extend_from_slice(&applying.ending);
+        into.owing.extend_from_slice(&applying.owing);
     }
 
     /// Whether no more outcomes will come: the subscription has stopped.
@@ -188,7 +209,7 @@ pub(super) async fn settle_loop(env: Env, outbox: Arc<Outbox>, last_read: Arc<La
     };
     while outbox.take(&mut batch).await {
         let settled = batch.count;
-        batch.ids(
+        batch.in_hand(
             &mut outbox
                 .applying
                 .lock()
@@ -264,13 +285,14 @@ impl SettleBatch {
         self.count == 0 && self.reruns.is_empty()
     }
 
-    /// Adds the entries the batch settles to `ids`.
-    pub(super) fn ids(&self, ids: &mut Vec<EntryId>) {
-        ids.extend_from_slice(&self.acks);
-        ids.extend_from_slice(&self.copies);
-        ids.extend(self.delayed.iter().map(|&(_, id, _)| id));
-        ids.extend(self.handed_back.iter().map(|&(id, _)| id));
-        ids.extend(self.dead.iter().map(|(id, _)| *id));
+    /// Adds the entries the batch settles to `into`.
+    pub(super) fn in_hand(&self, into: &mut InHand) {
+        into.ending.extend_from_slice(&self.acks);
+        into.ending.extend_from_slice(&self.copies);
+        into.ending.extend(self.dead.iter().map(|(id, _)| *id));
+        into.owing.extend(self.delayed.iter().map(|&(_, id, _)| id));
+        into.owing
+            .extend(self.handed_back.iter().map(|&(id, _)| id));
     }
 
     /// Where the held entries run again go (see `reruns`).
