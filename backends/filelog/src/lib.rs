@@ -62,6 +62,10 @@
 //!   and offset, never a silent skip. What tells them apart is a valid
 //!   record after the bad one: in a segment, an entry whose id could come
 //!   next (a torn message may carry records of its own in its payload).
+//!   A segment left holding no entry by a crash (created, its first
+//!   record never on disk) is removed at open, so that entries published
+//!   after the clock stepped back never land in a segment named after
+//!   them.
 //! - **One owner.** An exclusive lock on the directory: a second process
 //!   gets [`ruststream_core::BrokerError::InUse`] with the holder's pid.
 //! - **Retention** deletes whole segments by size or age, never one holding

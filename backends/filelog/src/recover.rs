@@ -178,15 +178,32 @@ fn track_trims(trims: &mut HashMap<String, Trims>, change: &Change) {
     }
 }
 
+/// One stream's segments as [`load_stream`] read them.
+pub(crate) struct LoadedStream {
+    /// The segments holding entries, oldest first.
+    pub(crate) segments: Vec<Segment>,
+    /// How many entries they hold.
+    pub(crate) entries: u64,
+    /// Segments holding only their header: a crash between creating a
+    /// segment and its first record reaching the disk (or a failed write
+    /// whose new segment could not be removed). Nothing refers to them,
+    /// and left as the active segment one would take entries with ids
+    /// before its name (the clock may have stepped back since), which no
+    /// later open accepts: [`open`] removes them (a read-only view passes
+    /// them over).
+    pub(crate) empty: Vec<PathBuf>,
+}
+
 /// Loads one stream's segments into the engine: the entries' ids and
 /// retry-copy markers (their payloads stay on disk), and each segment's
-/// sparse index.
+/// sparse index. Segments holding no entries are left out of the list
+/// (see [`LoadedStream::empty`]).
 pub(crate) fn load_stream(
     dir: &Path,
     stream: &str,
     engine: &mut Engine,
     access: Access,
-) -> BrokerResult<(Vec<Segment>, u64)> {
+) -> BrokerResult<LoadedStream> {
     let mut names: Vec<(EntryId, PathBuf)> = Vec::new();
     for item in fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
         let item = item.map_err(|e| io_error(dir, e))?;
@@ -197,9 +214,12 @@ pub(crate) fn load_stream(
         }
     }
     names.sort();
-    let mut segments = Vec::with_capacity(names.len());
+    let mut loaded = LoadedStream {
+        segments: Vec::with_capacity(names.len()),
+        entries: 0,
+        empty: Vec::new(),
+    };
     let last_id = std::cell::Cell::new(EntryId::ZERO);
-    let mut count = 0;
     let mut keys = Vec::new();
     let mut bytes = Vec::new();
     for (first, path) in names {
@@ -235,15 +255,20 @@ pub(crate) fn load_stream(
                     && format::entry_id(body).is_ok_and(|id| id > last_id.get())
             },
         )?;
-        count += keys.len() as u64;
+        if last.is_none() {
+            // Only its header: see `LoadedStream::empty`.
+            loaded.empty.push(path);
+            continue;
+        }
+        loaded.entries += keys.len() as u64;
         engine.restore_entries(stream, keys.drain(..));
         let mut segment = Segment::new(path, first);
         segment.last = last;
         segment.bytes = len;
         segment.index = index;
-        segments.push(segment);
+        loaded.segments.push(segment);
     }
-    Ok((segments, count))
+    Ok(loaded)
 }
 
 /// Replays a snapshot file into `apply`; returns its length. Every record
@@ -405,8 +430,19 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
             tracing::warn!(path = %path.display(), "not a stream directory: ignored");
             continue;
         };
-        let (segments, count) = load_stream(&path, &stream, &mut engine, access)?;
+        let LoadedStream {
+            segments,
+            entries: count,
+            empty,
+        } = load_stream(&path, &stream, &mut engine, access)?;
         entries += count;
+        if own && !empty.is_empty() {
+            for segment in &empty {
+                tracing::warn!(path = %segment.display(), "segment holding no entries (a crash while it was created): removed");
+                fs::remove_file(segment).map_err(|e| io_error(segment, e))?;
+            }
+            sync_dir(&path)?;
+        }
         let active = match segments.last() {
             Some(last) if own => Some(Arc::new(
                 OpenOptions::new()

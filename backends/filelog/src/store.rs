@@ -574,8 +574,8 @@ impl Store {
                         if let Some(new) = files.segments.get(segments)
                             && let Err(e) = fs::remove_file(&new.path)
                         {
-                            // Harmless: an empty segment is skipped on open
-                            // and deleted by the next trim.
+                            // Harmless: a segment holding only its header
+                            // is removed at the next open.
                             tracing::warn!(path = %new.path.display(), error = %e, "cannot remove the segment of a failed write");
                         }
                     } else if let Err(e) = mark.file.set_len(mark.len) {

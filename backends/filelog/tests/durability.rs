@@ -19,7 +19,7 @@ use common::{
 use ruststream_core::{
     Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
 };
-use ruststream_filelog::{FileLogBroker, FileLogOptions, Retention};
+use ruststream_filelog::{FileLogBroker, FileLogOptions, Retention, SyncPolicy};
 
 fn msg(text: &str) -> Message {
     Message::new(text.as_bytes().to_vec()).with_header("k", text)
@@ -640,4 +640,89 @@ fn an_idle_entry_is_claimed_after_a_reopen_whose_clock_stepped_back() {
         let ids: Vec<EntryId> = claimed.deliveries.iter().map(|d| d.id()).collect();
         assert_eq!(ids, [idle], "idle for {min_idle:?} by the broker's clock");
     });
+}
+
+/// A crash can leave a new segment holding only its header (created and
+/// synced, its first entry never on disk: `SyncPolicy::Interval`), named by
+/// an id from a clock that ran ahead. After the clock is set right and the
+/// log reopened, new entries get ids before that name. The empty segment
+/// is removed at open, so they go to a segment named by their own id: the
+/// log keeps opening, and the user never has to throw away synced,
+/// acknowledged entries to get it back.
+#[test]
+fn an_empty_last_segment_named_ahead_of_the_clock_does_not_brick_the_log() {
+    let dir = TempDir::new();
+    let options = FileLogOptions {
+        sync: SyncPolicy::Interval(Duration::from_secs(3600)),
+        segment_bytes: 1,
+        ..FileLogOptions::default()
+    };
+    let a = paused_runtime().block_on(async {
+        let b = FileLogBroker::open_with(&dir.0, options).unwrap();
+        let a = b.publish("jobs", msg("a")).await.unwrap();
+        b.sync().await.unwrap();
+        // The clock runs an hour ahead; "b" rolls to a new segment.
+        tokio::time::advance(Duration::from_secs(3_600)).await;
+        b.publish("jobs", msg("b")).await.unwrap();
+        a
+    });
+    let segs = segments(&dir.0, "jobs");
+    assert_eq!(segs.len(), 2);
+    // Power failure: the new segment's creation was synced, its entry not.
+    let header = fs::read(&segs[1]).unwrap()[..8].to_vec();
+    fs::write(&segs[1], header).unwrap();
+    // A read-only view writes nothing: it passes the empty segment over.
+    let view = FileLogBroker::open_read_only(&dir.0).unwrap();
+    assert_eq!(segments(&dir.0, "jobs"), segs);
+    drop(view);
+    // Clock set right: after the reopen, "c" gets an id before the empty
+    // segment's name.
+    paused_runtime().block_on(async {
+        let b = FileLogBroker::open_with(&dir.0, options).unwrap();
+        assert_eq!(segments(&dir.0, "jobs"), segs[..1], "empty segment removed");
+        let c = b.publish("jobs", msg("c")).await.unwrap();
+        assert!(
+            c < segment_id(&segs[1]),
+            "{c} is before the empty segment's name"
+        );
+        b.sync().await.unwrap();
+        drop(b);
+        let b = FileLogBroker::open_with(&dir.0, options)
+            .expect("the log reopens after an acknowledged, synced publish");
+        let all = b
+            .range("jobs", EntryId::ZERO, EntryId::MAX, 10)
+            .await
+            .unwrap();
+        assert_eq!(all.iter().map(|e| e.id).collect::<Vec<_>>(), [a, c]);
+    });
+}
+
+/// The id a segment file is named by.
+fn segment_id(path: &Path) -> EntryId {
+    let name = path.file_stem().unwrap().to_str().unwrap();
+    let (ms, seq) = name.split_once('-').unwrap();
+    EntryId::new(ms.parse().unwrap(), seq.parse().unwrap())
+}
+
+/// The first publish to a new stream fails (an I/O error): the call is
+/// taken back and the stream does not exist, nor does it after a reopen
+/// (its directory, left without a segment, does not bring it back).
+#[tokio::test]
+async fn a_stream_whose_first_publish_failed_does_not_appear_after_a_reopen() {
+    let dir = TempDir::new();
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.inject_write_failure(Some("fresh"));
+    assert!(b.publish("fresh", msg("x")).await.is_err());
+    let live = (
+        b.streams().await.unwrap(),
+        b.stream_info("fresh").await.unwrap(),
+    );
+    assert_eq!(live, (vec![], None));
+    drop(b);
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    let reopened = (
+        b.streams().await.unwrap(),
+        b.stream_info("fresh").await.unwrap(),
+    );
+    assert_eq!(live, reopened);
 }
