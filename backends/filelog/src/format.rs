@@ -709,6 +709,169 @@ fn read_group_change(r: &mut Reader<'_>) -> Result<GroupChange, String> {
     })
 }
 
+/// Encodes a snapshot's changes, in order, as change records (kind 2) whose
+/// bodies are at most `limit` bytes (at most [`MAX_FRAME_BODY`]): a record
+/// is closed before the next change would take it past the limit, and a
+/// change too large for a record of its own is written as several that
+/// replay to the same state ([`split_group`], [`split_trimmed`]). Returns
+/// how many changes were written, for [`write_snapshot_end`]. Fails only
+/// for a single group change (one dead letter's reason, say) larger than a
+/// record, which no journal record could have held either.
+pub(crate) fn write_snapshot_changes(
+    out: &mut Vec<u8>,
+    changes: &[Change],
+    limit: usize,
+) -> Result<u64, String> {
+    let mut records = Records {
+        out,
+        body: Vec::new(),
+        count: 0,
+        room: limit.min(MAX_FRAME_BODY).saturating_sub(4),
+        written: 0,
+    };
+    let mut change_buf = Vec::new();
+    for change in changes {
+        match change {
+            Change::Group {
+                stream,
+                group,
+                changes,
+            } => split_group(&mut records, stream, group, changes)?,
+            Change::Trimmed {
+                stream,
+                below,
+                keep,
+            } => split_trimmed(&mut records, stream, *below, keep)?,
+            other => {
+                change_buf.clear();
+                put_change(&mut change_buf, other)?;
+                records.push(&change_buf)?;
+            }
+        }
+    }
+    records.flush()?;
+    Ok(records.written)
+}
+
+/// Change records being filled by [`write_snapshot_changes`].
+struct Records<'o> {
+    out: &'o mut Vec<u8>,
+    /// The encoded changes of the record being filled (its count aside).
+    body: Vec<u8>,
+    count: u32,
+    /// Bytes of changes a record holds: its limit less the count.
+    room: usize,
+    /// Changes written so far.
+    written: u64,
+}
+
+impl Records<'_> {
+    /// Adds one encoded change, closing the record first if it would not
+    /// fit.
+    fn push(&mut self, change: &[u8]) -> Result<(), String> {
+        if change.len() > self.room {
+            return Err(format!(
+                "a snapshot change of {} bytes is larger than a record's limit of {} bytes",
+                change.len(),
+                self.room
+            ));
+        }
+        if self.body.len() + change.len() > self.room {
+            self.flush()?;
+        }
+        self.body.extend_from_slice(change);
+        self.count += 1;
+        self.written += 1;
+        Ok(())
+    }
+
+    /// Writes the record being filled, if it holds any change.
+    fn flush(&mut self) -> Result<(), String> {
+        if self.count == 0 {
+            return Ok(());
+        }
+        let (body, count) = (&self.body, self.count);
+        write_frame(self.out, KIND_CHANGES, |out| {
+            put_u32(out, count);
+            out.extend_from_slice(body);
+            Ok(())
+        })?;
+        self.body.clear();
+        self.count = 0;
+        Ok(())
+    }
+}
+
+/// Writes a group's changes as as many [`Change::Group`] changes (of the
+/// same group, in order) as it takes for each to fit a record. Replaying
+/// them one after the other applies the same group changes in the same
+/// order as the one change would.
+fn split_group(
+    records: &mut Records<'_>,
+    stream: &str,
+    group: &str,
+    changes: &[GroupChange],
+) -> Result<(), String> {
+    let mut piece = Vec::new();
+    put_u8(&mut piece, C_GROUP);
+    put_str(&mut piece, stream, "a stream name")?;
+    put_str(&mut piece, group, "a group name")?;
+    let count_at = piece.len();
+    put_u32(&mut piece, 0);
+    let head = piece.len();
+    let mut count = 0u32;
+    let mut item = Vec::new();
+    for change in changes {
+        item.clear();
+        put_group_change(&mut item, change)?;
+        if count > 0 && piece.len() + item.len() > records.room {
+            piece[count_at..head].copy_from_slice(&count.to_le_bytes());
+            records.push(&piece)?;
+            piece.truncate(head);
+            count = 0;
+        }
+        piece.extend_from_slice(&item);
+        count += 1;
+    }
+    piece[count_at..head].copy_from_slice(&count.to_le_bytes());
+    records.push(&piece)
+}
+
+/// Writes a trim as as many [`Change::Trimmed`] changes as it takes for
+/// each to fit a record, each with a run of the kept ids (sorted) and
+/// trimming below the first kept id of the next run (the last one below
+/// `below`). Replayed in order, each trims the entries up to the next run
+/// and keeps those of its own run: the same entries go, and the same are
+/// kept, as with the one change.
+fn split_trimmed(
+    records: &mut Records<'_>,
+    stream: &str,
+    below: EntryId,
+    keep: &[EntryId],
+) -> Result<(), String> {
+    let mut piece = Vec::new();
+    put_u8(&mut piece, C_TRIMMED);
+    put_str(&mut piece, stream, "a stream name")?;
+    let head = piece.len();
+    // The trim point, the count, then 16 bytes an id.
+    let per_piece = records.room.saturating_sub(head + 16 + 4) / 16;
+    if keep.is_empty() || per_piece == 0 {
+        put_id(&mut piece, below);
+        put_ids(&mut piece, keep);
+        return records.push(&piece);
+    }
+    for (i, run) in keep.chunks(per_piece).enumerate() {
+        let next = keep
+            .get((i + 1) * per_piece)
+            .map_or(below, |id| (*id).min(below));
+        piece.truncate(head);
+        put_id(&mut piece, next);
+        put_ids(&mut piece, run);
+        records.push(&piece)?;
+    }
+    Ok(())
+}
+
 /// Encodes the end-of-snapshot marker: how many changes it holds.
 pub(crate) fn write_snapshot_end(out: &mut Vec<u8>, changes: u64) -> Result<(), String> {
     write_frame(out, KIND_SNAPSHOT_END, |out| {
@@ -856,5 +1019,138 @@ mod tests {
                 "bit {bit} flipped went unnoticed"
             );
         }
+    }
+
+    /// The changes of a snapshot written with `limit`, one `Vec` a record,
+    /// each record's body checked against the limit, and the count
+    /// returned checked against what the records hold.
+    fn snapshot_records(changes: &[Change], limit: usize) -> Vec<Vec<Change>> {
+        let mut out = Vec::new();
+        let written = write_snapshot_changes(&mut out, changes, limit).unwrap();
+        let mut records = Vec::new();
+        let mut at = 0;
+        while at < out.len() {
+            let Frame::Ok { kind, body, len } = read_frame(&out[at..]) else {
+                panic!("bad frame at {at}")
+            };
+            assert_eq!(kind, KIND_CHANGES);
+            assert!(body.len() <= limit, "record of {} bytes", body.len());
+            records.push(read_changes(body).unwrap());
+            at += len;
+        }
+        let read: usize = records.iter().map(Vec::len).sum();
+        assert_eq!(read as u64, written);
+        records
+    }
+
+    fn id(n: u64) -> EntryId {
+        EntryId::new(n, 0)
+    }
+
+    /// Compaction never writes a record over the limit (which would fail
+    /// every compaction from then on): records are closed by size, and a
+    /// group's changes too large for one record are split, in order.
+    #[test]
+    fn snapshot_records_stay_within_the_limit_and_keep_group_changes_in_order() {
+        let reason = "r".repeat(150);
+        let mut group_changes = vec![GroupChange::Consumer { name: "c1".into() }];
+        for n in 1..=200 {
+            group_changes.push(GroupChange::Held {
+                id: id(n),
+                consumer: 0,
+                times_delivered: 1,
+                since_ms: n,
+            });
+        }
+        for n in 201..=300 {
+            group_changes.push(GroupChange::Dead {
+                id: id(n),
+                reason: reason.clone(),
+                times_delivered: 2,
+                dead_at_ms: n,
+            });
+        }
+        let changes = vec![
+            Change::LastId {
+                stream: "s".into(),
+                id: id(300),
+            },
+            Change::GroupCreated {
+                stream: "s".into(),
+                group: "g".into(),
+                cursor: id(300),
+            },
+            Change::Group {
+                stream: "s".into(),
+                group: "g".into(),
+                changes: group_changes.clone(),
+            },
+            Change::Trimmed {
+                stream: "s".into(),
+                below: id(301),
+                keep: (1..=300).map(id).collect(),
+            },
+        ];
+        let limit = 2_000;
+        let records = snapshot_records(&changes, limit);
+        assert!(records.len() > 10, "{} records", records.len());
+        let all: Vec<Change> = records.into_iter().flatten().collect();
+        // The group's changes, in order, over several `Group` changes.
+        let replayed: Vec<GroupChange> = all
+            .iter()
+            .filter_map(|c| match c {
+                Change::Group { changes, .. } => Some(changes.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(replayed, group_changes);
+        assert_eq!(all[..2], changes[..2]);
+        // Small enough changes are written as they are.
+        assert_eq!(snapshot_records(&changes, MAX_FRAME_BODY), [changes]);
+    }
+
+    /// A trim keeping more ids than a record holds is split into trims
+    /// that, replayed in order, keep and drop the same entries.
+    #[test]
+    fn a_split_trim_replays_to_the_same_state() {
+        let trim = Change::Trimmed {
+            stream: "s".into(),
+            below: id(900),
+            keep: (1..900).filter(|n| n % 3 == 0).map(id).collect(),
+        };
+        let records = snapshot_records(std::slice::from_ref(&trim), 1_000);
+        let pieces: Vec<Change> = records.into_iter().flatten().collect();
+        assert!(pieces.len() > 4, "{pieces:?}");
+        let rebuilt = |changes: Vec<Change>| {
+            let mut engine = ruststream_engine::Engine::new();
+            engine.restore_entries("s", (1..=1_000).map(|n| (id(n), None)));
+            let mut trims = crate::trims::Trims::default();
+            for change in changes {
+                trims.apply(&change);
+                engine.restore(change).unwrap();
+            }
+            engine.finish_restore();
+            (engine.snapshot(), trims.below, trims.kept)
+        };
+        assert_eq!(rebuilt(pieces), rebuilt(vec![trim]));
+    }
+
+    /// A single group change too large for any record is refused, with
+    /// its size, rather than written as a record no open would read.
+    #[test]
+    fn a_group_change_larger_than_a_record_is_refused() {
+        let changes = vec![Change::Group {
+            stream: "s".into(),
+            group: "g".into(),
+            changes: vec![GroupChange::Dead {
+                id: id(1),
+                reason: "r".repeat(5_000),
+                times_delivered: 1,
+                dead_at_ms: 1,
+            }],
+        }];
+        let error = write_snapshot_changes(&mut Vec::new(), &changes, 1_000).unwrap_err();
+        assert!(error.contains("larger than a record's limit"), "{error}");
     }
 }

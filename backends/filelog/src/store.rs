@@ -715,11 +715,13 @@ impl Store {
         let changes = engine.snapshot();
         let mut buf = Vec::new();
         buf.extend_from_slice(&format::file_header(format::SNAPSHOT_TAG));
-        for chunk in changes.chunks(4096) {
-            format::write_changes(&mut buf, chunk.iter()).map_err(BrokerError::InvalidArgument)?;
-        }
-        format::write_snapshot_end(&mut buf, changes.len() as u64)
-            .map_err(BrokerError::InvalidArgument)?;
+        let written = format::write_snapshot_changes(&mut buf, &changes, format::MAX_FRAME_BODY)
+            .map_err(|detail| {
+                BrokerError::InvalidArgument(format!(
+                    "cannot write the snapshot of the group state: {detail}"
+                ))
+            })?;
+        format::write_snapshot_end(&mut buf, written).map_err(BrokerError::InvalidArgument)?;
         let tmp = state_dir.join(format!("snapshot-{generation:020}.tmp"));
         let path = snapshot_path(&state_dir, generation);
         // Until the rename nothing refers to the new snapshot: a failure

@@ -234,14 +234,20 @@ async fn a_retry_copy_lost_to_a_power_failure_leaves_its_original_owed() {
     assert_eq!(again.deliveries[0].id(), id);
 }
 
+/// Publishes one entry to `jobs` and has consumer `c` of `g1` read it.
+async fn publish_and_read_one(b: &FileLogBroker) -> EntryId {
+    let id = b.publish("jobs", msg("job")).await.unwrap();
+    assert_eq!(read_jobs(b, 1).await.deliveries.len(), 1);
+    id
+}
+
 /// A copy that did reach the disk was all the retry needed: the original
 /// stays settled, and the copy is what the group reads.
 #[tokio::test]
 async fn a_retry_copy_on_disk_keeps_its_original_settled() {
     let dir = TempDir::new();
     let b = common::open_with_jobs_group(&dir.0).await;
-    let id = b.publish("jobs", msg("job")).await.unwrap();
-    read_jobs(&b, 1).await;
+    let id = publish_and_read_one(&b).await;
     b.retry("jobs", "g1", &[id], Retry::Copy).await.unwrap();
     drop(b);
     let b = FileLogBroker::open(&dir.0).unwrap();
@@ -263,8 +269,7 @@ async fn compaction_syncs_the_entries_it_describes_before_its_snapshot() {
         ..FileLogOptions::default()
     };
     let b = with_jobs_group(FileLogBroker::open_with(&dir.0, options).unwrap()).await;
-    let id = b.publish("jobs", msg("job")).await.unwrap();
-    read_jobs(&b, 1).await;
+    let id = publish_and_read_one(&b).await;
     b.retry("jobs", "g1", &[id], Retry::Copy).await.unwrap();
     b.inject_fsync_failure();
     let error = b.compact().unwrap_err();
@@ -702,6 +707,77 @@ fn segment_id(path: &Path) -> EntryId {
     let name = path.file_stem().unwrap().to_str().unwrap();
     let (ms, seq) = name.split_once('-').unwrap();
     EntryId::new(ms.parse().unwrap(), seq.parse().unwrap())
+}
+
+/// Dead letters with long reasons (a stack trace, say): each call's
+/// journal record fits the 64 MiB record limit, but 4,200 reasons of
+/// 17 KiB do not fit one snapshot record. Compaction splits the group
+/// state over records by size, so it goes through (rather than failing
+/// every time, leaving the journal to grow without end), and the state
+/// comes back whole from the snapshot.
+#[tokio::test]
+async fn compaction_survives_many_dead_letters_with_long_reasons() {
+    let dir = TempDir::new();
+    let b = common::open_with_jobs_group(&dir.0).await;
+    let reason = "x".repeat(17 * 1024);
+    for _ in 0..2 {
+        let ids = b
+            .publish_batch("jobs", (0..2100).map(|i| msg(&format!("m{i}"))).collect())
+            .await
+            .unwrap();
+        let read = ReadRequest::new("jobs", "g1", "c1", ReadMode::New, 2100);
+        assert_eq!(b.read(read).await.unwrap().deliveries.len(), 2100);
+        assert_eq!(
+            b.dead_letter("jobs", "g1", &ids, &reason).await.unwrap(),
+            2100
+        );
+    }
+    b.compact()
+        .expect("compaction of a group with 4,200 long dead letters");
+    drop(b);
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    let dead = b
+        .dead_letters("jobs", "g1", EntryId::ZERO, 10_000)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 4200);
+    assert!(dead.iter().all(|d| d.reason == reason));
+}
+
+/// An entry retried with a delay keeps its due time across a compaction
+/// and a reopen: it is not handed out again before then.
+#[tokio::test]
+async fn a_delayed_retry_keeps_its_due_time_across_a_reopen() {
+    let dir = TempDir::new();
+    let b = common::open_with_jobs_group(&dir.0).await;
+    let id = publish_and_read_one(&b).await;
+    retry_jobs(&b, &[id], Retry::After(Duration::from_secs(3600))).await;
+    b.compact().unwrap();
+    drop(b);
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    let p = b
+        .pending("jobs", "g1", EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].times_delivered, 1);
+    let owed = p[0].owed_in_ms.expect("owed");
+    assert!(owed > 3_500_000, "owed in {owed} ms");
+    for mode in [
+        ReadMode::New,
+        ReadMode::Claiming {
+            min_idle: Duration::ZERO,
+        },
+    ] {
+        let got = b
+            .read(ReadRequest::new("jobs", "g1", "c2", mode, 10))
+            .await
+            .unwrap();
+        assert!(
+            got.deliveries.is_empty(),
+            "{mode:?} handed out an entry due in an hour"
+        );
+    }
 }
 
 /// The first publish to a new stream fails (an I/O error): the call is
