@@ -116,7 +116,7 @@ async fn a_panic_retries_the_whole_batch() {
     assert_eq!(
         reasons
             .iter()
-            .filter(|r| r.contains("the batch handler stopped without an outcome (it panicked"))
+            .filter(|r| r.contains("the batch handler panicked: see the error logged for entry"))
             .count(),
         2,
         "{reasons:?}"

@@ -21,11 +21,22 @@
 //!
 //! Every lane is polled by the subscription's one task, which is woken
 //! through one waker kept per batch: the leader's when a joining entry
-//! fills it, the waiting entries' when the batch is done. A leader that
-//! stops before its batch is done (its handler panicked) marks the batch
-//! abandoned, and the other entries are retried as failed.
+//! fills it, the waiting entries' when the batch is done.
+//!
+//! A panic in the batch's handler is caught by the leader: an entry whose
+//! payload did not decode (the handler never saw it) is still dead-lettered
+//! with its decode error, one entry the handler was given (the leader, if
+//! it was) reports the panic as a single handler's panic is reported, and
+//! the other entries given are retried as failed, pointing to it.
+//!
+//! A leader that stops before its batch is done marks the batch abandoned
+//! (the [`Abandon`] guard), and an entry still waiting on it is retried as
+//! failed. At the shutdown deadline that is moot: the leader's future is
+//! dropped with every other lane's, and all their entries are handed back.
 
+use std::any::Any;
 use std::future::poll_fn;
+use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Poll, Waker};
@@ -35,9 +46,10 @@ use ruststream_core::{Delivery, EntryId};
 use tokio::sync::Semaphore;
 
 use super::Counters;
-use super::handle::Pipeline;
+use super::handle::{Pipeline, panic_message};
 use super::lanes::Started;
 use super::settle::Decided;
+use crate::metrics::ErrorKind;
 use crate::{Batch, EntryBatch, Settle, Subscriber};
 
 /// A batch subscriber's batches: the one gathering entries, and the
@@ -123,9 +135,10 @@ struct GatherState {
     closed: bool,
     /// Each entry's outcome, in the order they joined, once the batch is
     /// done.
-    outcomes: Vec<Option<Settle>>,
+    outcomes: Vec<Option<Outcome>>,
     done: bool,
-    /// Why the batch will never be done: its leader stopped.
+    /// Why the batch will never be done: its leader stopped (dropped at
+    /// the shutdown deadline, or a panic outside the handler).
     abandoned: Option<String>,
     /// The subscription task's waker, to be woken when the batch closes
     /// or is done.
@@ -144,6 +157,15 @@ impl GatherState {
             self.waker = Some(waker.clone());
         }
     }
+}
+
+/// How the batch's handler left one entry.
+enum Outcome {
+    /// Settled as this says.
+    Settle(Settle),
+    /// The handler panicked, with this payload: the entry reports the
+    /// panic ([`Pipeline::panicked`]) and is retried.
+    Panicked(Box<dyn Any + Send>),
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -167,7 +189,7 @@ impl Drop for Abandon<'_> {
         let mut state = lock(&self.gather.state);
         if !state.done {
             state.abandoned = Some(format!(
-                "the batch handler stopped without an outcome (it panicked: see the error logged for entry {})",
+                "the batch stopped without an outcome (see the error logged for entry {})",
                 self.leader
             ));
             state.wake();
@@ -185,7 +207,7 @@ impl<S: Subscriber> Pipeline<S> {
         let (gather, index, leads) = batches.join(delivery);
         if leads {
             // Boxed: the handler's future is the batch's, not every lane's.
-            Box::pin(self.lead(batches, &gather, entry.id)).await;
+            Box::pin(self.lead(batches, &gather, entry.id, index)).await;
         }
         let outcome = poll_fn(|cx| {
             let mut state = lock(&gather.state);
@@ -200,7 +222,8 @@ impl<S: Subscriber> Pipeline<S> {
         })
         .await;
         match outcome {
-            Ok(Some(settle)) => self.decide(&entry, settle),
+            Ok(Some(Outcome::Settle(settle))) => self.decide(&entry, settle),
+            Ok(Some(Outcome::Panicked(panic))) => self.panicked(&entry, &*panic),
             Ok(None) => self.decide(
                 &entry,
                 Settle::Failed("the batch handler settled no outcome for this entry".into()),
@@ -209,9 +232,16 @@ impl<S: Subscriber> Pipeline<S> {
         }
     }
 
-    /// Gathers the batch `gather` (which `leader` opened), runs it, and
-    /// leaves each entry's outcome in it.
-    async fn lead(&self, batches: &Batches, gather: &Arc<Gather>, leader: EntryId) {
+    /// Gathers the batch `gather` (which `leader`, the `leader_index`-th
+    /// entry to join, opened), runs it, and leaves each entry's outcome in
+    /// it.
+    async fn lead(
+        &self,
+        batches: &Batches,
+        gather: &Arc<Gather>,
+        leader: EntryId,
+        leader_index: usize,
+    ) {
         let mut guard = Abandon {
             batches,
             gather,
@@ -252,25 +282,102 @@ impl<S: Subscriber> Pipeline<S> {
         let mut slots: Vec<Option<Delivery>> = joined.into_iter().map(Some).collect();
         let sorted = order.iter().filter_map(|&i| slots[i].take()).collect();
         let mut batch = EntryBatch::new(sorted);
-        self.subscriber.handle_batch(&mut batch).await;
-        if let Some((returned, given)) = batch.mismatch() {
-            tracing::error!(
-                subscriber = self.env.name,
-                stream = self.env.stream(),
-                group = self.env.group(),
-                returned,
-                given,
-                "the batch handler returned {returned} outcomes for {given} entries; the whole batch will be retried"
-            );
-        }
-        let mut outcomes = vec![None; order.len()];
-        for (settle, &i) in batch.into_settles().into_iter().zip(&order) {
-            outcomes[i] = Some(settle);
+        // A panic is caught here, not by the leader's lane: the entries
+        // `batch` has already settled (those that did not decode) keep
+        // their outcome.
+        let panic = {
+            let mut handling = pin!(self.subscriber.handle_batch(&mut batch));
+            poll_fn(|cx| {
+                match std::panic::catch_unwind(AssertUnwindSafe(|| handling.as_mut().poll(cx))) {
+                    Ok(Poll::Pending) => Poll::Pending,
+                    Ok(Poll::Ready(())) => Poll::Ready(None),
+                    Err(panic) => Poll::Ready(Some(panic)),
+                }
+            })
+            .await
+        };
+        let in_order = match panic {
+            None => {
+                if let Some((returned, given)) = batch.mismatch() {
+                    tracing::error!(
+                        subscriber = self.env.name,
+                        stream = self.env.stream(),
+                        group = self.env.group(),
+                        returned,
+                        given,
+                        "the batch handler returned {returned} outcomes for {given} entries; the whole batch will be retried"
+                    );
+                }
+                batch
+                    .into_settles()
+                    .into_iter()
+                    .map(Outcome::Settle)
+                    .collect()
+            }
+            Some(panic) => {
+                let leads_at = order.iter().position(|&i| i == leader_index);
+                self.after_panic(batch, leads_at, panic)
+            }
+        };
+        let mut outcomes: Vec<Option<Outcome>> = order.iter().map(|_| None).collect();
+        for (outcome, &i) in in_order.into_iter().zip(&order) {
+            outcomes[i] = Some(outcome);
         }
         let mut state = lock(&gather.state);
         state.outcomes = outcomes;
         state.done = true;
         state.wake();
         guard.armed = false;
+    }
+
+    /// The outcomes, in stream order, of `batch` whose handler panicked
+    /// with `panic` (the leader being its `leader`-th entry): an entry that
+    /// did not decode keeps its dead letter; of the entries the handler was
+    /// given, one reports the panic (the leader, if it was given one, else
+    /// the first) and the others are retried as failed, pointing to it.
+    fn after_panic(
+        &self,
+        batch: EntryBatch,
+        leader: Option<usize>,
+        panic: Box<dyn Any + Send>,
+    ) -> Vec<Outcome> {
+        let ids: Vec<EntryId> = batch.deliveries().iter().map(Delivery::id).collect();
+        let settles: Vec<Option<Settle>> = batch
+            .into_settles()
+            .into_iter()
+            .map(|settle| match settle {
+                Settle::Undecodable(_) => Some(settle),
+                _ => None,
+            })
+            .collect();
+        let given = |i: usize| settles.get(i).is_some_and(Option::is_none);
+        let reporter = leader
+            .filter(|&i| given(i))
+            .or_else(|| (0..settles.len()).find(|&i| given(i)));
+        let Some(reporter) = reporter else {
+            // Only a hand-written `handle_batch` panics with no entry given
+            // to it: the panic is logged here, once.
+            self.env.counters.handler_failed(ErrorKind::Panic);
+            tracing::error!(
+                subscriber = self.env.name,
+                stream = self.env.stream(),
+                group = self.env.group(),
+                panic = %panic_message(&*panic),
+                "the batch handler panicked with no entry given to it"
+            );
+            return settles.into_iter().flatten().map(Outcome::Settle).collect();
+        };
+        let why = format!(
+            "the batch handler panicked: see the error logged for entry {}",
+            ids[reporter]
+        );
+        let mut outcomes: Vec<Outcome> = settles
+            .into_iter()
+            .map(|settle| Outcome::Settle(settle.unwrap_or_else(|| Settle::Failed(why.clone()))))
+            .collect();
+        if let Some(slot) = outcomes.get_mut(reporter) {
+            *slot = Outcome::Panicked(panic);
+        }
+        outcomes
     }
 }

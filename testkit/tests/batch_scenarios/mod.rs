@@ -137,6 +137,7 @@ macro_rules! batch_scenario_tests {
             per_entry_outcomes,
             length_mismatch_retries_the_batch,
             undecodable_entry_is_dead_lettered_alone,
+            undecodable_entry_is_dead_lettered_even_if_the_batch_panics,
             wait_flushes_a_partial_batch,
             a_filling_batch_keeps_reading
         );
@@ -151,6 +152,19 @@ macro_rules! batch_scenario_tests {
     };
 }
 pub(crate) use batch_scenario_tests;
+
+/// The reasons of the settlements that retried an entry with one.
+fn retried_reasons(settled: &[(Vec<u8>, Settlement)]) -> Vec<&str> {
+    settled
+        .iter()
+        .filter_map(|(_, s)| match s {
+            Settlement::Retried {
+                reason: Some(reason),
+            } => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect()
+}
 
 /// Waits until the group has settled everything: nothing pending, nothing
 /// left to read.
@@ -294,15 +308,7 @@ pub async fn length_mismatch_retries_the_batch<B: Broker + Clone>(broker: B) {
     assert_eq!(batches.len(), 2, "{batches:?}");
     assert_eq!(batches[0].0, [0, 1, 2]);
     assert_eq!(batches[1].0, [0, 1, 2], "the whole batch again");
-    let retried: Vec<&String> = settled
-        .iter()
-        .filter_map(|(_, s)| match s {
-            Settlement::Retried {
-                reason: Some(reason),
-            } => Some(reason),
-            _ => None,
-        })
-        .collect();
+    let retried = retried_reasons(&settled);
     assert_eq!(retried.len(), 3, "{settled:?}");
     for reason in retried {
         assert!(
@@ -329,6 +335,22 @@ pub async fn length_mismatch_retries_the_batch<B: Broker + Clone>(broker: B) {
 
 // ---- a payload that does not decode is dead-lettered alone ---------------
 
+/// Asserts that `bad` is the one entry dead-lettered on `stream`, with the
+/// decode error as its reason.
+async fn assert_dead_lettered_undecodable<B: Broker>(broker: &B, stream: &str, bad: EntryId) {
+    let dead = broker
+        .dead_letters(stream, GROUP, EntryId::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].id(), bad);
+    assert!(
+        dead[0].reason.starts_with("cannot decode the payload as"),
+        "{}",
+        dead[0].reason
+    );
+}
+
 static DECODE: Batches = Mutex::new(Vec::new());
 
 #[subscriber(
@@ -353,22 +375,79 @@ pub async fn undecodable_entry_is_dead_lettered_alone<B: Broker + Clone>(broker:
     publish(&broker, &stream, [2]).await;
     let (app, settled) = run_until_handled(&broker, decoding, &DECODE, 2, &stream).await;
     assert_eq!(ran(&DECODE)[0].0, [0, 2]);
-    let dead = broker
-        .dead_letters(&stream, GROUP, EntryId::ZERO, 10)
-        .await
-        .unwrap();
-    assert_eq!(dead.len(), 1, "{dead:?}");
-    assert_eq!(dead[0].id(), bad);
-    assert!(
-        dead[0].reason.starts_with("cannot decode the payload as"),
-        "{}",
-        dead[0].reason
-    );
+    assert_dead_lettered_undecodable(&broker, &stream, bad).await;
     let acked = settled
         .iter()
         .filter(|(_, s)| *s == Settlement::Acked)
         .count();
     assert_eq!(acked, 2);
+    app.shutdown().await;
+}
+
+// ---- ... even when the handler panics on the rest of its batch -----------
+
+static POISON: Batches = Mutex::new(Vec::new());
+static POISON_PANICKED: AtomicBool = AtomicBool::new(false);
+
+#[subscriber(
+    RedisStream::new(stream("poison")).group(GROUP).start_id(StreamStart::Beginning),
+    batch(max = 3, wait = 200ms)
+)]
+async fn panics_once(jobs: Vec<Job>) {
+    record(&POISON, &jobs);
+    if !POISON_PANICKED.swap(true, Ordering::SeqCst) {
+        panic!("the handler panicked on {} jobs", jobs.len());
+    }
+}
+
+/// An entry that is not a job, then two jobs, in one batch whose handler
+/// panics on the jobs. Protects the user from a panic over values the
+/// handler got turning the dead letter of an entry it never saw into a
+/// retry: that would cost the entry a delivery (towards `max_deliveries`),
+/// hold it for `min_idle` on a claiming subscription, and dead-letter it in
+/// the end for the wrong reason. The undecodable entry is dead-lettered at
+/// once with its decode error (even though it opened the batch); the
+/// panic is logged with one of the jobs, the other points to it, and both
+/// are retried and then acked.
+pub async fn undecodable_entry_is_dead_lettered_even_if_the_batch_panics<B: Broker + Clone>(
+    broker: B,
+) {
+    let stream = stream("poison");
+    let bad = broker
+        .publish(&stream, Message::new(b"not a job".to_vec()))
+        .await
+        .unwrap();
+    publish(&broker, &stream, [1, 2]).await;
+    let (app, settled) = run_until_handled(&broker, panics_once, &POISON, 4, &stream).await;
+    let batches = ran(&POISON);
+    assert_eq!(batches[0].0, [1, 2], "{batches:?}");
+    assert_dead_lettered_undecodable(&broker, &stream, bad).await;
+    let poison: Vec<&Settlement> = settled
+        .iter()
+        .filter(|(payload, _)| payload.as_slice() == b"not a job")
+        .map(|(_, s)| s)
+        .collect();
+    assert!(
+        matches!(poison.as_slice(), [Settlement::DeadLettered { .. }]),
+        "dead-lettered at its first delivery: {poison:?}"
+    );
+    let reasons = retried_reasons(&settled);
+    assert_eq!(reasons.len(), 2, "{settled:?}");
+    assert!(
+        reasons.contains(&"handler panicked: the handler panicked on 2 jobs"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("the batch handler panicked: see the error logged for entry")),
+        "{reasons:?}"
+    );
+    let acked = settled
+        .iter()
+        .filter(|(_, s)| *s == Settlement::Acked)
+        .count();
+    assert_eq!(acked, 2, "{settled:?}");
     app.shutdown().await;
 }
 
