@@ -37,7 +37,7 @@ use super::Env;
 use super::claims::KeepAlive;
 use super::handle::Pipeline;
 use super::lanes::{Finished, Held, Lane, Lanes, Polled, Started};
-use super::read::{LastRead, ReadWake, Reader};
+use super::read::{LastRead, ReadWake, Reader, Taken};
 use super::settle::{Decided, Decision, InHand, Outbox, SettleBatch};
 use crate::Subscriber;
 use crate::observe::Settlement;
@@ -366,8 +366,8 @@ where
     async fn on_read(&mut self, result: BrokerResult<ReadBatch>) {
         match result {
             Ok(batch) => {
-                let mut deliveries = self.reader.took(batch);
-                self.skip_in_hand(&mut deliveries);
+                let taken = self.reader.took(batch);
+                let deliveries = self.skip_in_hand(taken);
                 self.held += deliveries.len();
                 let done = self.lanes.queue_all(deliveries);
                 self.reader.recycle(done);
@@ -398,10 +398,11 @@ where
     /// after its key's later entries): what holds it settles it
     /// (`docs/guarantees.md`, "Under faults": own take-backs). It counts as settled at
     /// once, as it was counted as read.
-    fn skip_in_hand(&mut self, deliveries: &mut Vec<Delivery>) {
+    fn skip_in_hand(&mut self, taken: Taken) -> Vec<Delivery> {
+        let mut deliveries = taken.deliveries;
         // A first delivery cannot be held already.
-        if deliveries.iter().all(|d| d.delivery_count == 0) {
-            return;
+        if !taken.redelivered {
+            return deliveries;
         }
         // An entry whose delayed retry or hand-back has landed is rightly
         // handed out again, before the rest of its batch has landed: only
@@ -409,7 +410,7 @@ where
         // dead-lettered are held.
         let mut in_hand = self.in_hand().ending;
         if in_hand.is_empty() {
-            return;
+            return deliveries;
         }
         in_hand.sort_unstable();
         let env = &self.pipeline.env;
@@ -432,6 +433,7 @@ where
         if skipped > 0 {
             env.counters.add_settled(skipped as u64);
         }
+        deliveries
     }
 
     /// Shutdown was asked for: stop reading, hand back what was not
@@ -441,8 +443,8 @@ where
         // A read that came back but was not taken in yet: its entries join
         // the queue, and go back with it below.
         if let Some(Ok(batch)) = self.reader.take_returned() {
-            let mut deliveries = self.reader.took(batch);
-            self.skip_in_hand(&mut deliveries);
+            let taken = self.reader.took(batch);
+            let deliveries = self.skip_in_hand(taken);
             self.held += deliveries.len();
             let _done = self.lanes.queue_all(deliveries);
         }

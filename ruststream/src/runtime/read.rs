@@ -89,6 +89,15 @@ pub(super) enum ReadWake {
 }
 
 /// The reading side of a subscription's task.
+/// The deliveries of a read, taken in by [`Reader::took`].
+pub(super) struct Taken {
+    pub(super) deliveries: Vec<Delivery>,
+    /// Whether any of them was delivered before (a claim, a retry, an
+    /// entry owed again): only those can be in the subscription's hands
+    /// already.
+    pub(super) redelivered: bool,
+}
+
 pub(super) struct Reader<'a> {
     env: &'a Env,
     last_read: &'a LastRead,
@@ -346,13 +355,15 @@ impl<'a> Reader<'a> {
     /// Takes in a batch read: pages on through recovery, notes the highest
     /// id read, counts it and reports what the read dead-lettered. Returns
     /// the deliveries.
-    pub(super) fn took(&mut self, batch: ReadBatch) -> Vec<Delivery> {
+    pub(super) fn took(&mut self, batch: ReadBatch) -> Taken {
         self.backoff.reset();
-        // One pass over the deliveries: their size and the highest id.
-        let (mut bytes, mut top) = (0, EntryId::ZERO);
+        // One pass over the deliveries: their size, the highest id, and
+        // whether any was delivered before.
+        let (mut bytes, mut top, mut again) = (0, EntryId::ZERO, 0);
         for delivery in &batch.deliveries {
             bytes += entry_bytes(delivery);
             top = top.max(delivery.id());
+            again |= delivery.delivery_count;
         }
         let last = (!batch.deliveries.is_empty())
             .then_some(top)
@@ -389,7 +400,10 @@ impl<'a> Reader<'a> {
                 "entry dead-lettered: delivered max_deliveries times"
             );
         }
-        batch.deliveries
+        Taken {
+            deliveries: batch.deliveries,
+            redelivered: again > 0,
+        }
     }
 
     /// Handles a failed read: logs it, recreates a group the broker lost,
