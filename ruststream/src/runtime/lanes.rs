@@ -99,8 +99,13 @@ impl Held {
         self.due.is_none()
     }
 
-    /// The held delivery, as handed back at shutdown.
-    pub(super) fn into_delivery(self) -> Delivery {
+    /// The held delivery, as handed back at shutdown: with the count of
+    /// the delivery that ran, as the broker has it (the planned re-run was
+    /// never counted there), so a hand-back made again after a lost reply
+    /// is made only while the broker still shows that count under this
+    /// consumer (`docs/guarantees.md`, "Under faults").
+    pub(super) fn into_delivery(mut self) -> Delivery {
+        self.delivery.delivery_count = self.delivery.delivery_count.saturating_sub(1);
         self.delivery
     }
 }

@@ -70,11 +70,11 @@ impl TwinWatch {
     /// (its own retries stay pending under its name, unrefreshed, on
     /// purpose, for a claiming read once `min_idle` has passed: they are
     /// neither another process's nor strays); on a `new` one, all.
-    pub(super) fn delivered_before(&self, env: &Env) -> Option<u64> {
+    pub(super) fn delivered_before(&self, env: &Env) -> Option<tokio::time::Instant> {
         env.subscription
             .stream
             .retries_in_place()
-            .then(|| u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX))
+            .then_some(self.started)
     }
 
     /// Looks again once the live window has passed, unless a look is
@@ -243,13 +243,18 @@ pub(super) fn look_for_a_twin(
     holding: Vec<EntryId>,
     window: Duration,
     hand_back_stale: bool,
-    delivered_before: Option<u64>,
+    delivered_before: Option<tokio::time::Instant>,
 ) -> BrokerFuture<'_, Look> {
     Box::pin(async move {
         let mut strays = own_strays(env, &holding, None).await?;
-        // Idle longer than the subscription has run: delivered before it.
-        if let Some(ran_ms) = delivered_before {
-            strays.retain(|p| p.idle_ms >= ran_ms);
+        // Idle at least as long as the subscription has run (measured once
+        // the listing is back): delivered before it. Idle times are whole
+        // milliseconds, so one of its own retries read in the very
+        // millisecond it started passes too (a retry sooner, never one
+        // lost; a predecessor's entry read in that millisecond must pass).
+        if let Some(started) = delivered_before {
+            let ran_ms = started.elapsed().as_millis();
+            strays.retain(|p| u128::from(p.idle_ms) >= ran_ms);
         }
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
         let (stale, fresh): (Vec<PendingEntry>, Vec<PendingEntry>) =

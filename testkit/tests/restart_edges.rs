@@ -1,0 +1,445 @@
+//! Restarts and shutdowns: an app stops (gracefully, past its deadline,
+//! with settles failing) and a new instance starts under the same consumer
+//! name on the same broker. Nothing is lost or stranded, each key's
+//! entries run in order, a delay is kept, and a hand-back made again after
+//! a lost reply leaves an entry to whoever holds it now
+//! (`docs/guarantees.md`).
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ruststream::{
+    AppInfo, Context, HandlerOutcome, PARTITION_KEY_HEADER, Running, RustStream, Settle, Stream,
+    Subscription,
+};
+use ruststream_core::{Broker, Message, ReadMode, ReadRequest, StreamStart};
+use ruststream_memory::MemoryBroker;
+use ruststream_testkit::{HandWritten, Handle};
+
+type Runs = Arc<Mutex<Vec<(String, u32, Duration)>>>;
+
+struct Recorder {
+    t0: tokio::time::Instant,
+    takes: fn(&str) -> Duration,
+    outcome: fn(&str, u32) -> HandlerOutcome,
+    runs: Runs,
+}
+
+impl Handle for Recorder {
+    fn start<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a {
+        let text = String::from_utf8(ctx.payload().to_vec()).unwrap();
+        let count = ctx.delivery_count();
+        let takes = (self.takes)(&text);
+        let outcome = (self.outcome)(&text, count);
+        let runs = Arc::clone(&self.runs);
+        let at = self.t0.elapsed();
+        async move {
+            runs.lock().unwrap().push((text, count, at));
+            tokio::time::sleep(takes).await;
+            Settle::Outcome(outcome)
+        }
+    }
+}
+
+async fn start_app(
+    broker: Arc<dyn Broker>,
+    subscription: Subscription,
+    takes: fn(&str) -> Duration,
+    outcome: fn(&str, u32) -> HandlerOutcome,
+    runs: &Runs,
+    t0: tokio::time::Instant,
+) -> Running {
+    let sub = HandWritten {
+        name: "recorder",
+        subscription,
+        handler: Recorder {
+            t0,
+            takes,
+            outcome,
+            runs: Arc::clone(runs),
+        },
+    };
+    RustStream::new(AppInfo::new("restart-restart", "0"))
+        .with_shared_broker(broker, |b| {
+            b.include(sub);
+        })
+        .start()
+        .await
+        .unwrap()
+}
+
+/// A memory broker with group `g` on `s` from the beginning, an empty run
+/// record, and the instant runs are timed from.
+async fn fresh(s: &str) -> (MemoryBroker, Runs, tokio::time::Instant) {
+    let inner = MemoryBroker::new();
+    inner
+        .ensure_group(s, "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    (inner, Runs::default(), tokio::time::Instant::now())
+}
+
+fn keyed(text: &str, key: &str) -> Message {
+    Message::new(text.as_bytes().to_vec()).with_header(PARTITION_KEY_HEADER, key)
+}
+
+/// Per key, the order of the first runs of each entry (by its number).
+fn check_key_order(runs: &[(String, u32, Duration)]) -> Result<(), String> {
+    let mut last: std::collections::HashMap<String, u32> = Default::default();
+    for (text, _, _) in runs {
+        let (key, n) = text.split_once('-').unwrap();
+        let n: u32 = n.parse().unwrap();
+        if let Some(prev) = last.get(key)
+            && *prev > n
+        {
+            return Err(format!("key {key}: {n} ran after {prev}"));
+        }
+        last.insert(key.to_owned(), n);
+    }
+    Ok(())
+}
+
+/// A predecessor (consumer c0) read 40 keyed entries 20 s ago and died;
+/// more entries of the same keys are published while the new instance
+/// pages through its own pending list (prefetch 8 < 40).
+#[tokio::test(start_paused = true)]
+async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
+    let s = "restart-paging";
+    let inner = MemoryBroker::new();
+    inner
+        .ensure_group(s, "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    for n in 0..40u32 {
+        let key = format!("k{}", n % 4);
+        inner
+            .publish(s, keyed(&format!("{key}-{n}"), &key))
+            .await
+            .unwrap();
+    }
+    inner
+        .read(ReadRequest::new(s, "g", "c0", ReadMode::New, 40))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let runs: Runs = Arc::default();
+    let t0 = tokio::time::Instant::now();
+    let subscription = Subscription::new(Stream::new(s).group("g").consumer("c0"))
+        .workers(2)
+        .by_key()
+        .prefetch(8);
+    let app = start_app(
+        Arc::new(inner.clone()),
+        subscription,
+        |_| Duration::from_millis(10),
+        |_, _| HandlerOutcome::ack(),
+        &runs,
+        t0,
+    )
+    .await;
+    for n in 40..80u32 {
+        let key = format!("k{}", n % 4);
+        inner
+            .publish(s, keyed(&format!("{key}-{n}"), &key))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    app.shutdown().await;
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 80, "{runs:?}");
+    check_key_order(&runs).unwrap();
+    let info = inner.group_info(s, "g").await.unwrap();
+    assert_eq!(info.pending, 0);
+}
+
+/// Graceful shutdown with a `by_key` lane running past the deadline, its
+/// key's later entries queued behind it and another key held after a
+/// retry_after: the next instance (same name) runs every key in id order,
+/// each entry once more than it ran.
+#[tokio::test(start_paused = true)]
+async fn by_key_order_holds_across_a_shutdown_past_the_deadline() {
+    let s = "restart-deadline";
+    let (inner, runs, t0) = fresh(s).await;
+    let subscription = || {
+        Subscription::new(Stream::new(s).group("g").consumer("c0"))
+            .workers(2)
+            .by_key()
+    };
+    let takes = |text: &str| {
+        if text == "a-0" {
+            Duration::from_secs(100)
+        } else {
+            Duration::from_millis(10)
+        }
+    };
+    let outcome = |text: &str, count: u32| match (text, count) {
+        ("b-1", 0) => HandlerOutcome::retry_after(Duration::from_secs(5)),
+        _ => HandlerOutcome::ack(),
+    };
+    let first = start_app(
+        Arc::new(inner.clone()),
+        subscription(),
+        takes,
+        outcome,
+        &runs,
+        t0,
+    )
+    .await;
+    let mut n = 0;
+    for round in 0..4 {
+        for key in ["a", "b", "c"] {
+            let _ = round;
+            inner
+                .publish(s, keyed(&format!("{key}-{n}"), key))
+                .await
+                .unwrap();
+            n += 1;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.shutdown_within(Duration::from_secs(1)).await;
+    let second = start_app(
+        Arc::new(inner.clone()),
+        subscription(),
+        |_| Duration::from_millis(10),
+        |_, _| HandlerOutcome::ack(),
+        &runs,
+        t0,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    second.shutdown().await;
+    let runs = runs.lock().unwrap().clone();
+    eprintln!("runs {runs:?}");
+    check_key_order(
+        &runs
+            .iter()
+            .filter(|r| !(r.0 == "a-0" || r.0 == "b-1"))
+            .cloned()
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let info = inner.group_info(s, "g").await.unwrap();
+    assert_eq!(info.pending, 0);
+}
+
+/// An entry asks for `retry_after(60 s)`; the app is shut down gracefully
+/// 1 s later and restarted under the same name: the delay is kept at the
+/// broker, and the entry runs again only once it has passed. (A keyed
+/// entry held on its `by_key` lane is handed back at once instead, for its
+/// key's order: `docs/semantics.md`, Outcomes.)
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_is_not_run_early_after_a_graceful_restart() {
+    let s = "restart-delay";
+    let (inner, runs, t0) = fresh(s).await;
+    let subscription = || Subscription::new(Stream::new(s).group("g").consumer("c0")).workers(1);
+    let outcome = |_: &str, count: u32| {
+        if count == 0 {
+            HandlerOutcome::retry_after(Duration::from_secs(60))
+        } else {
+            HandlerOutcome::ack()
+        }
+    };
+    let first = start_app(
+        Arc::new(inner.clone()),
+        subscription(),
+        |_| Duration::ZERO,
+        outcome,
+        &runs,
+        t0,
+    )
+    .await;
+    inner.publish(s, keyed("k-0", "k")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    first.shutdown().await;
+    let second = start_app(
+        Arc::new(inner.clone()),
+        subscription(),
+        |_| Duration::ZERO,
+        outcome,
+        &runs,
+        t0,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    second.shutdown().await;
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(
+        runs[1].2 >= Duration::from_secs(60),
+        "retry_after(60 s) ran again {:?} after its first run: {runs:?}",
+        runs[1].2 - runs[0].2
+    );
+}
+
+/// Every settle fails from just before a graceful shutdown (listings
+/// work): the entries stay pending under c0. A new instance (same name)
+/// starts at once on the healthy broker: nothing is lost or stranded.
+#[tokio::test(start_paused = true)]
+async fn settles_failing_at_shutdown_strand_nothing_after_a_restart() {
+    use ruststream_testkit::faults::{CallKind, FaultyBroker};
+    let s = "restart-settles-fail";
+    let inner = MemoryBroker::new();
+    inner
+        .ensure_group(s, "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 3));
+    let runs: Runs = Arc::default();
+    let t0 = tokio::time::Instant::now();
+    let subscription = || {
+        Subscription::new(Stream::new(s).group("g").consumer("c0"))
+            .workers(2)
+            .by_key()
+    };
+    let takes = |text: &str| {
+        if text == "k-0" {
+            Duration::from_secs(3)
+        } else {
+            Duration::from_millis(10)
+        }
+    };
+    let first = start_app(
+        faults.clone(),
+        subscription(),
+        takes,
+        |_, _| HandlerOutcome::ack(),
+        &runs,
+        t0,
+    )
+    .await;
+    for n in 0..4 {
+        inner
+            .publish(s, keyed(&format!("k-{n}"), "k"))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    faults.outage(&CallKind::SETTLES, Duration::from_secs(600));
+    first.shutdown().await;
+    eprintln!(
+        "pending after the first: {:?}",
+        inner
+            .pending(s, "g", ruststream_core::EntryId::ZERO, 100, None)
+            .await
+            .unwrap()
+    );
+    let second = start_app(
+        Arc::new(inner.clone()),
+        subscription(),
+        |_| Duration::from_millis(10),
+        |_, _| HandlerOutcome::ack(),
+        &runs,
+        t0,
+    )
+    .await;
+    inner.publish(s, keyed("k-4", "k")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let stats = second.stats().await;
+    second.shutdown().await;
+    let runs = runs.lock().unwrap().clone();
+    eprintln!("runs {runs:?}\nstats {stats:?}");
+    for n in 0..5 {
+        assert!(
+            runs.iter().any(|r| r.0 == format!("k-{n}")),
+            "k-{n} never ran: {runs:?}"
+        );
+    }
+    let info = inner.group_info(s, "g").await.unwrap();
+    assert_eq!(info.pending, 0, "stranded");
+}
+
+/// A keyed entry held on its lane after `retry_after` is handed back at a
+/// graceful shutdown; the hand-back is applied but its reply is lost. Before
+/// the settler makes it again, another live process under the same name
+/// (a restarted instance) reads the entry, now owed, and runs it. The
+/// hand-back must be made again only "for the entries the consumer's
+/// pending list still shows under it at the delivery count it decided at"
+/// (`docs/guarantees.md`, "Under faults"): this one was delivered again
+/// since, so it is left to its new holder.
+#[tokio::test(start_paused = true)]
+async fn a_held_entrys_hand_back_made_again_leaves_it_to_its_new_holder() {
+    use ruststream_testkit::faults::{CallKind, Fault, FaultyBroker};
+    let s = "restart-held-handback";
+    let inner = MemoryBroker::new();
+    inner
+        .ensure_group(s, "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 5));
+    let runs: Runs = Arc::default();
+    let t0 = tokio::time::Instant::now();
+    // Claiming, so that the last look at shutdown (a `new` subscription's,
+    // which hands back everything under the name) plays no part.
+    let subscription = Subscription::new(
+        Stream::claiming(s, Duration::from_secs(600))
+            .group("g")
+            .consumer("c0"),
+    )
+    .workers(1)
+    .by_key();
+    let outcome = |_: &str, _: u32| HandlerOutcome::retry_after(Duration::from_secs(60));
+    let first = start_app(
+        faults.clone(),
+        subscription,
+        |_| Duration::ZERO,
+        outcome,
+        &runs,
+        t0,
+    )
+    .await;
+    inner.publish(s, keyed("k-0", "k")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(runs.lock().unwrap().len(), 1);
+    // The first hand-back is applied, its reply lost.
+    faults.script(CallKind::RetryAfter, 1, Fault::After);
+    // The other process under the same name reads all the time.
+    let taken = Arc::new(Mutex::new(Vec::new()));
+    let twin = {
+        let inner = inner.clone();
+        let taken = Arc::clone(&taken);
+        tokio::spawn(async move {
+            loop {
+                let batch = inner
+                    .read(ReadRequest::new(
+                        s,
+                        "g",
+                        "c0",
+                        ReadMode::Claiming {
+                            min_idle: Duration::from_secs(600),
+                        },
+                        10,
+                    ))
+                    .await
+                    .unwrap();
+                for d in batch.deliveries {
+                    taken.lock().unwrap().push((d.id(), d.delivery_count));
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    first.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    twin.abort();
+    let taken = taken.lock().unwrap().clone();
+    let pending = inner
+        .pending(s, "g", ruststream_core::EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    eprintln!(
+        "injected {:?}\ntaken by the twin {taken:?}\npending {pending:?}",
+        faults.injected()
+    );
+    assert_eq!(taken.len(), 1, "the twin took it once: {taken:?}");
+    assert_eq!(
+        pending[0].consumer.as_deref(),
+        Some("c0"),
+        "the entry the twin runs was handed back again (taken from it): {pending:?}"
+    );
+}
