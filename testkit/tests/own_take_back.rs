@@ -7,71 +7,27 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::future::Future;
-use std::sync::{Arc, Mutex};
+mod support;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use ruststream::{
-    AppInfo, Context, HandlerOutcome, PARTITION_KEY_HEADER, Running, RustStream, Settle, Stream,
-    Subscription,
+    AppInfo, HandlerOutcome, PARTITION_KEY_HEADER, Running, RustStream, Stream, Subscription,
 };
 use ruststream_core::{Broker, DeadLetter, EntryId, Message};
 use ruststream_memory::MemoryBroker;
+use ruststream_testkit::HandWritten;
 use ruststream_testkit::faults::{CallKind, FaultyBroker};
-use ruststream_testkit::{HandWritten, Handle};
+use support::recorder::{Record, Recorder, ack};
 
 const MIN_IDLE: Duration = Duration::from_millis(300);
-
-/// Records `(payload, delivery count)` per run and, per payload, whether a
-/// run started while another run of it was still going.
-struct Recorder {
-    /// How long a run of each payload takes.
-    takes: fn(&str) -> Duration,
-    /// How a run of a payload ends, by its delivery count.
-    outcome: fn(&str, u32) -> HandlerOutcome,
-    runs: Arc<Mutex<Vec<(String, u32)>>>,
-    running: Arc<Mutex<Vec<String>>>,
-    overlaps: Arc<Mutex<Vec<String>>>,
-}
-
-impl Handle for Recorder {
-    fn start<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a {
-        let text = String::from_utf8(ctx.payload().to_vec()).unwrap();
-        let count = ctx.delivery_count();
-        let takes = (self.takes)(&text);
-        let outcome = (self.outcome)(&text, count);
-        let (runs, running, overlaps) = (
-            Arc::clone(&self.runs),
-            Arc::clone(&self.running),
-            Arc::clone(&self.overlaps),
-        );
-        async move {
-            runs.lock().unwrap().push((text.clone(), count));
-            {
-                let mut r = running.lock().unwrap();
-                if r.contains(&text) {
-                    overlaps
-                        .lock()
-                        .unwrap()
-                        .push(format!("{text} (count {count})"));
-                }
-                r.push(text.clone());
-            }
-            tokio::time::sleep(takes).await;
-            let mut r = running.lock().unwrap();
-            let at = r.iter().position(|t| t == &text).unwrap();
-            r.remove(at);
-            Settle::Outcome(outcome)
-        }
-    }
-}
 
 struct Setup {
     inner: MemoryBroker,
     faults: Arc<FaultyBroker>,
     app: Option<Running>,
-    runs: Arc<Mutex<Vec<(String, u32)>>>,
-    overlaps: Arc<Mutex<Vec<String>>>,
+    record: Record,
 }
 
 /// One app (one consumer) on a memory broker wrapped in the fault injector,
@@ -93,11 +49,6 @@ impl Setup {
     }
 }
 
-/// Acks every run.
-fn ack(_: &str, _: u32) -> HandlerOutcome {
-    HandlerOutcome::ack()
-}
-
 async fn setup(
     subscription: Subscription,
     takes: fn(&str) -> Duration,
@@ -105,17 +56,16 @@ async fn setup(
 ) -> Setup {
     let inner = MemoryBroker::new();
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 7));
-    let runs: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
-    let overlaps: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = Record::default();
     let sub = HandWritten {
         name: "recorder",
         subscription,
         handler: Recorder {
+            who: "c",
+            t0: tokio::time::Instant::now(),
             takes,
             outcome,
-            runs: Arc::clone(&runs),
-            running: Arc::default(),
-            overlaps: Arc::clone(&overlaps),
+            record: record.clone(),
         },
     };
     let broker: Arc<dyn Broker> = faults.clone();
@@ -131,8 +81,7 @@ async fn setup(
         inner,
         faults,
         app: Some(app),
-        runs,
-        overlaps,
+        record,
     }
 }
 
@@ -177,7 +126,7 @@ async fn key_k_with_acks_refused(
         .dead_letters(s, "g", EntryId::ZERO, 10)
         .await
         .unwrap();
-    let runs = t.runs.lock().unwrap().clone();
+    let runs = t.record.texts();
     eprintln!("runs {runs:?}; injected {}", t.faults.injected());
     (runs, dead)
 }
@@ -235,8 +184,8 @@ async fn one_process_runs_an_entry_twice_at_once_after_an_outage() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     t.broker_away_for(Duration::from_secs(2));
     t.run_out().await;
-    let overlaps = t.overlaps.lock().unwrap().clone();
-    let runs = t.runs.lock().unwrap().clone();
+    let overlaps = t.record.overlaps();
+    let runs = t.record.texts();
     assert!(
         overlaps.is_empty(),
         "started again while this process still runs it: {overlaps:?}; runs {runs:?}; injected {}",
@@ -264,7 +213,7 @@ async fn an_entry_owed_again_runs_while_the_rest_of_its_batch_waits() {
     let batch = vec![Message::new(b"x".to_vec()), Message::new(b"y".to_vec())];
     t.inner.publish_batch(s, batch).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let runs = t.runs.lock().unwrap().clone();
+    let runs = t.record.texts();
     assert!(
         runs.contains(&("x".to_owned(), 1)),
         "x, owed again after 10 ms, ran again while y's dead letter waited: {runs:?}"

@@ -7,62 +7,39 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::future::Future;
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ruststream::{
-    AppInfo, Context, HandlerOutcome, PARTITION_KEY_HEADER, Running, RustStream, Settle, Stream,
-    Subscription,
+    AppInfo, HandlerOutcome, PARTITION_KEY_HEADER, Running, RustStream, Stream, Subscription,
 };
 use ruststream_core::{Broker, Message, ReadMode, ReadRequest, StreamStart};
 use ruststream_memory::MemoryBroker;
-use ruststream_testkit::{HandWritten, Handle};
-
-type Runs = Arc<Mutex<Vec<(String, u32, Duration)>>>;
-
-struct Recorder {
-    t0: tokio::time::Instant,
-    takes: fn(&str) -> Duration,
-    outcome: fn(&str, u32) -> HandlerOutcome,
-    runs: Runs,
-}
-
-impl Handle for Recorder {
-    fn start<'a>(&'a self, ctx: &'a mut Context<'_>) -> impl Future<Output = Settle> + Send + 'a {
-        let text = String::from_utf8(ctx.payload().to_vec()).unwrap();
-        let count = ctx.delivery_count();
-        let takes = (self.takes)(&text);
-        let outcome = (self.outcome)(&text, count);
-        let runs = Arc::clone(&self.runs);
-        let at = self.t0.elapsed();
-        async move {
-            runs.lock().unwrap().push((text, count, at));
-            tokio::time::sleep(takes).await;
-            Settle::Outcome(outcome)
-        }
-    }
-}
+use ruststream_testkit::HandWritten;
+use support::recorder::{Record, Recorder, Run};
 
 async fn start_app(
     broker: Arc<dyn Broker>,
     subscription: Subscription,
     takes: fn(&str) -> Duration,
     outcome: fn(&str, u32) -> HandlerOutcome,
-    runs: &Runs,
+    record: &Record,
     t0: tokio::time::Instant,
 ) -> Running {
     let sub = HandWritten {
         name: "recorder",
         subscription,
         handler: Recorder {
+            who: "c0",
             t0,
             takes,
             outcome,
-            runs: Arc::clone(runs),
+            record: record.clone(),
         },
     };
-    RustStream::new(AppInfo::new("restart-restart", "0"))
+    RustStream::new(AppInfo::new("restart", "0"))
         .with_shared_broker(broker, |b| {
             b.include(sub);
         })
@@ -73,13 +50,13 @@ async fn start_app(
 
 /// A memory broker with group `g` on `s` from the beginning, an empty run
 /// record, and the instant runs are timed from.
-async fn fresh(s: &str) -> (MemoryBroker, Runs, tokio::time::Instant) {
+async fn fresh(s: &str) -> (MemoryBroker, Record, tokio::time::Instant) {
     let inner = MemoryBroker::new();
     inner
         .ensure_group(s, "g", StreamStart::Beginning)
         .await
         .unwrap();
-    (inner, Runs::default(), tokio::time::Instant::now())
+    (inner, Record::default(), tokio::time::Instant::now())
 }
 
 fn keyed(text: &str, key: &str) -> Message {
@@ -87,9 +64,9 @@ fn keyed(text: &str, key: &str) -> Message {
 }
 
 /// Per key, the order of the first runs of each entry (by its number).
-fn check_key_order(runs: &[(String, u32, Duration)]) -> Result<(), String> {
+fn check_key_order(runs: &[Run]) -> Result<(), String> {
     let mut last: std::collections::HashMap<String, u32> = Default::default();
-    for (text, _, _) in runs {
+    for (text, _, _, _) in runs {
         let (key, n) = text.split_once('-').unwrap();
         let n: u32 = n.parse().unwrap();
         if let Some(prev) = last.get(key)
@@ -125,7 +102,7 @@ async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let runs: Runs = Arc::default();
+    let record = Record::default();
     let t0 = tokio::time::Instant::now();
     let subscription = Subscription::new(Stream::new(s).group("g").consumer("c0"))
         .workers(2)
@@ -136,7 +113,7 @@ async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
         subscription,
         |_| Duration::from_millis(10),
         |_, _| HandlerOutcome::ack(),
-        &runs,
+        &record,
         t0,
     )
     .await;
@@ -150,7 +127,7 @@ async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
     }
     tokio::time::sleep(Duration::from_secs(60)).await;
     app.shutdown().await;
-    let runs = runs.lock().unwrap().clone();
+    let runs = record.runs();
     assert_eq!(runs.len(), 80, "{runs:?}");
     check_key_order(&runs).unwrap();
     let info = inner.group_info(s, "g").await.unwrap();
@@ -164,7 +141,7 @@ async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
 #[tokio::test(start_paused = true)]
 async fn by_key_order_holds_across_a_shutdown_past_the_deadline() {
     let s = "restart-deadline";
-    let (inner, runs, t0) = fresh(s).await;
+    let (inner, record, t0) = fresh(s).await;
     let subscription = || {
         Subscription::new(Stream::new(s).group("g").consumer("c0"))
             .workers(2)
@@ -186,7 +163,7 @@ async fn by_key_order_holds_across_a_shutdown_past_the_deadline() {
         subscription(),
         takes,
         outcome,
-        &runs,
+        &record,
         t0,
     )
     .await;
@@ -208,13 +185,13 @@ async fn by_key_order_holds_across_a_shutdown_past_the_deadline() {
         subscription(),
         |_| Duration::from_millis(10),
         |_, _| HandlerOutcome::ack(),
-        &runs,
+        &record,
         t0,
     )
     .await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     second.shutdown().await;
-    let runs = runs.lock().unwrap().clone();
+    let runs = record.runs();
     eprintln!("runs {runs:?}");
     check_key_order(
         &runs
@@ -236,7 +213,7 @@ async fn by_key_order_holds_across_a_shutdown_past_the_deadline() {
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_is_not_run_early_after_a_graceful_restart() {
     let s = "restart-delay";
-    let (inner, runs, t0) = fresh(s).await;
+    let (inner, record, t0) = fresh(s).await;
     let subscription = || Subscription::new(Stream::new(s).group("g").consumer("c0")).workers(1);
     let outcome = |_: &str, count: u32| {
         if count == 0 {
@@ -250,7 +227,7 @@ async fn a_retry_after_is_not_run_early_after_a_graceful_restart() {
         subscription(),
         |_| Duration::ZERO,
         outcome,
-        &runs,
+        &record,
         t0,
     )
     .await;
@@ -262,18 +239,18 @@ async fn a_retry_after_is_not_run_early_after_a_graceful_restart() {
         subscription(),
         |_| Duration::ZERO,
         outcome,
-        &runs,
+        &record,
         t0,
     )
     .await;
     tokio::time::sleep(Duration::from_secs(120)).await;
     second.shutdown().await;
-    let runs = runs.lock().unwrap().clone();
+    let runs = record.runs();
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert!(
-        runs[1].2 >= Duration::from_secs(60),
+        runs[1].3 >= Duration::from_secs(60),
         "retry_after(60 s) ran again {:?} after its first run: {runs:?}",
-        runs[1].2 - runs[0].2
+        runs[1].3 - runs[0].3
     );
 }
 
@@ -290,7 +267,7 @@ async fn settles_failing_at_shutdown_strand_nothing_after_a_restart() {
         .await
         .unwrap();
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 3));
-    let runs: Runs = Arc::default();
+    let record = Record::default();
     let t0 = tokio::time::Instant::now();
     let subscription = || {
         Subscription::new(Stream::new(s).group("g").consumer("c0"))
@@ -309,7 +286,7 @@ async fn settles_failing_at_shutdown_strand_nothing_after_a_restart() {
         subscription(),
         takes,
         |_, _| HandlerOutcome::ack(),
-        &runs,
+        &record,
         t0,
     )
     .await;
@@ -334,7 +311,7 @@ async fn settles_failing_at_shutdown_strand_nothing_after_a_restart() {
         subscription(),
         |_| Duration::from_millis(10),
         |_, _| HandlerOutcome::ack(),
-        &runs,
+        &record,
         t0,
     )
     .await;
@@ -342,7 +319,7 @@ async fn settles_failing_at_shutdown_strand_nothing_after_a_restart() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     let stats = second.stats().await;
     second.shutdown().await;
-    let runs = runs.lock().unwrap().clone();
+    let runs = record.runs();
     eprintln!("runs {runs:?}\nstats {stats:?}");
     for n in 0..5 {
         assert!(
@@ -372,7 +349,7 @@ async fn a_held_entrys_hand_back_made_again_leaves_it_to_its_new_holder() {
         .await
         .unwrap();
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 5));
-    let runs: Runs = Arc::default();
+    let record = Record::default();
     let t0 = tokio::time::Instant::now();
     // Claiming, so that the last look at shutdown (a `new` subscription's,
     // which hands back everything under the name) plays no part.
@@ -389,13 +366,13 @@ async fn a_held_entrys_hand_back_made_again_leaves_it_to_its_new_holder() {
         subscription,
         |_| Duration::ZERO,
         outcome,
-        &runs,
+        &record,
         t0,
     )
     .await;
     inner.publish(s, keyed("k-0", "k")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(runs.lock().unwrap().len(), 1);
+    assert_eq!(record.runs().len(), 1);
     // The first hand-back is applied, its reply lost.
     faults.script(CallKind::RetryAfter, 1, Fault::After);
     // The other process under the same name reads all the time.

@@ -15,7 +15,7 @@
 //!   with them go the delivery counts of held entries a `by_key` lane ran
 //!   again (`count_deliveries`), which settle nothing.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -175,6 +175,9 @@ impl Outbox {
                 let mut ops = self.ops.lock().unwrap_or_else(PoisonError::into_inner);
                 if !ops.is_empty() {
                     std::mem::swap(&mut *ops, into);
+                    // Under the same lock: a look at what is in hand sees
+                    // these entries in one list or the other.
+                    into.in_hand(&mut self.applying.lock().unwrap_or_else(PoisonError::into_inner));
                     return true;
                 }
             }
@@ -206,16 +209,16 @@ pub(super) async fn settle_loop(env: Env, outbox: Arc<Outbox>, last_read: Arc<La
         outbox: &outbox,
         last_read: &last_read,
         abandoned: AtomicBool::new(false),
+        troubled: AtomicBool::new(false),
+        failures: AtomicU64::new(0),
     };
     while outbox.take(&mut batch).await {
         let settled = batch.count;
-        batch.in_hand(
-            &mut outbox
-                .applying
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        let failures = settler.failures.load(Ordering::Relaxed);
         batch.apply(&settler).await;
+        if settler.failures.load(Ordering::Relaxed) == failures {
+            settler.troubled.store(false, Ordering::Relaxed);
+        }
         outbox
             .applying
             .lock()
@@ -237,6 +240,12 @@ struct Settler<'a> {
     /// answering, so the calls after it are not tried (shutdown stays
     /// bounded).
     abandoned: AtomicBool,
+    /// Set when a call fails, cleared when a batch lands without a failed
+    /// call: while set, decisions may have waited longer than the claims
+    /// they were made under (see [`retry_call`]).
+    troubled: AtomicBool,
+    /// Calls failed so far.
+    failures: AtomicU64,
 }
 
 /// Settle decisions grouped into broker calls.
@@ -471,6 +480,18 @@ async fn retry_call(
     }
     let env = settler.env;
     let mut items = items.to_vec();
+    // A call failed since these decisions were made, or while they waited:
+    // their claims may have lapsed meanwhile and the entries been handed
+    // out again, so even the first attempt is made only for those still
+    // held here at their counts.
+    if settler.troubled.load(Ordering::Relaxed)
+        && let Ok(held) = still_held(env, &items).await
+    {
+        items = held;
+        if items.is_empty() {
+            return true;
+        }
+    }
     let mut ids: Vec<EntryId> = items.iter().map(|(id, _)| *id).collect();
     let mut attempts = Attempts::new();
     loop {
@@ -581,6 +602,8 @@ impl Attempts {
             last_read,
             ..
         } = *settler;
+        settler.failures.fetch_add(1, Ordering::Relaxed);
+        settler.troubled.store(true, Ordering::Relaxed);
         if outbox.is_closed() {
             if self.at_stop == 0 {
                 // Short delays from here: the process is stopping.

@@ -1,13 +1,15 @@
 //! Shared by the testkit's real-time tests: the crash tests' bookkeeping
 //! (`crash`), private `redis-server` processes (`redis_server`) and
 //! private clusters of them (`redis_cluster`), and a proxy that holds a
-//! server's answers back (`proxy`).
+//! server's answers back (`proxy`), and a handler that records its runs
+//! (`recorder`).
 
 // Each test binary uses part of this.
 #![allow(dead_code, unreachable_pub)]
 
 pub mod crash;
 pub mod proxy;
+pub mod recorder;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod tls;
