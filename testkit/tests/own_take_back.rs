@@ -18,7 +18,7 @@ use ruststream::{
 use ruststream_core::{Broker, DeadLetter, EntryId, Message};
 use ruststream_memory::MemoryBroker;
 use ruststream_testkit::HandWritten;
-use ruststream_testkit::faults::{CallKind, FaultyBroker};
+use ruststream_testkit::faults::{CallKind, Fault, FaultyBroker};
 use support::recorder::{Record, Recorder, ack};
 
 const MIN_IDLE: Duration = Duration::from_millis(300);
@@ -221,4 +221,37 @@ async fn an_entry_owed_again_runs_while_the_rest_of_its_batch_waits() {
     t.run_out().await;
     let info = t.inner.group_info(s, "g").await.unwrap();
     assert_eq!((info.pending, info.lag), (0, 0), "{info:?}");
+}
+
+/// Claim refreshes that are slow (each waits up to 400 ms: longer than the
+/// refresh interval of 100 ms) but answer, while acks are refused for 3 s:
+/// refreshes do not wait for each other, so the entry's claim holds, no
+/// claiming read takes it back, and `max_deliveries(3)` does not
+/// dead-letter an entry whose one run acked. (One refresh at a time, the
+/// claim lapsed behind them.)
+#[tokio::test(start_paused = true)]
+async fn slow_refreshes_keep_an_acked_entrys_claim_while_its_ack_waits() {
+    let s = "take-back-slow-refresh";
+    let subscription = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
+        .workers(1)
+        .by_key()
+        .max_deliveries(3);
+    let mut t = setup(subscription, |_| Duration::ZERO, ack).await;
+    let slow = Fault::Delay(Duration::from_millis(400));
+    t.faults.set_rate(&[CallKind::ExtendClaim], slow, 1.0);
+    t.faults.outage(&[CallKind::Ack], Duration::from_secs(3));
+    t.inner.publish(s, keyed("e0")).await.unwrap();
+    t.run_out().await;
+    let dead = t
+        .inner
+        .dead_letters(s, "g", EntryId::ZERO, 10)
+        .await
+        .unwrap();
+    let reasons: Vec<String> = dead.iter().map(|d| d.reason.clone()).collect();
+    assert!(
+        reasons.is_empty(),
+        "runs {:?}: {reasons:?}",
+        t.record.texts()
+    );
+    assert_eq!(t.record.texts(), [("e0".to_owned(), 0)]);
 }

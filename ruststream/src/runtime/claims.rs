@@ -35,14 +35,19 @@ const SHORTEST: Duration = Duration::from_millis(10);
 
 type Refresh<'a> = Pin<Box<dyn Future<Output = BrokerResult<u64>> + Send + 'a>>;
 
+/// Refreshes in flight at once at most. A slow broker call must not hold
+/// up the next refresh (the claims would lapse behind it), but a broker
+/// that does not answer at all should not pile calls up without end.
+const IN_FLIGHT: usize = 8;
+
 /// The keep-alive of one subscription's claims.
 pub(super) struct KeepAlive<'a> {
     env: &'a Env,
     /// How often.
     every: Duration,
     tick: Pin<Box<tokio::time::Sleep>>,
-    /// The refresh in flight.
-    call: Option<Refresh<'a>>,
+    /// The refreshes in flight, oldest first.
+    calls: Vec<Refresh<'a>>,
 }
 
 /// How often the subscription refreshes its claims: its keep-alive
@@ -74,19 +79,19 @@ impl<'a> KeepAlive<'a> {
             env,
             every,
             tick: Box::pin(tokio::time::sleep(every)),
-            call: None,
+            calls: Vec::new(),
         }
     }
 
     /// Polls the refresh in flight (its errors are logged: the next tick
     /// tries again) and the timer; ready when it is time to refresh.
     pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if let Some(call) = self.call.as_mut()
-            && let Poll::Ready(result) = call.as_mut().poll(cx)
-        {
-            self.call = None;
+        let env = self.env;
+        self.calls.retain_mut(|call| {
+            let Poll::Ready(result) = call.as_mut().poll(cx) else {
+                return true;
+            };
             if let Err(error) = result {
-                let env = self.env;
                 group_event!(
                     warn,
                     env,
@@ -94,7 +99,8 @@ impl<'a> KeepAlive<'a> {
                     "could not refresh the claims on held entries; trying again at the next tick"
                 );
             }
-        }
+            false
+        });
         self.tick.as_mut().poll(cx)
     }
 
@@ -104,11 +110,11 @@ impl<'a> KeepAlive<'a> {
         self.tick
             .as_mut()
             .reset(tokio::time::Instant::now() + self.every);
-        if ids.is_empty() || self.call.is_some() {
+        if ids.is_empty() || self.calls.len() >= IN_FLIGHT {
             return;
         }
         let env = self.env;
-        self.call = Some(Box::pin(async move {
+        self.calls.push(Box::pin(async move {
             env.broker
                 .extend_claim(env.stream(), env.group(), &env.consumer, &ids)
                 .await
