@@ -948,6 +948,44 @@ async fn another_groups_retry_copy_handed_back_here_is_passed_over() {
     assert!(pending_ids(&broker, &s).await.is_empty());
 }
 
+/// A restarted consumer re-reading its own pending list a page at a time
+/// (with or without an idle bound) pages on past a page made only of
+/// another group's retry copies (left pending here by a read whose reply
+/// was lost, and passed over): an empty page would read as the end of the
+/// list, leaving the entries behind it pending forever.
+#[tokio::test]
+async fn an_own_pending_page_of_other_groups_retry_copies_does_not_end_the_list() {
+    for min_idle in [Duration::ZERO, Duration::from_millis(1)] {
+        let broker = RedisBroker::standalone(url());
+        let s = unique("own-foreign-page");
+        ensure_groups(&broker, &s, &[G, "h"], StreamStart::Beginning).await;
+        let e0 = publish_bytes(&broker, &s, b"e0").await;
+        let h = broker
+            .read(ReadRequest::new(&s, "h", "x", ReadMode::New, 1))
+            .await
+            .unwrap();
+        assert_eq!(delivered(&h), [e0]);
+        broker.retry(&s, "h", &[e0], Retry::Copy).await.unwrap();
+        let e1 = publish_bytes(&broker, &s, b"e1").await;
+        // e0, h's copy of it, e1: all pending under "c", never seen.
+        read_lost(&s, "c").await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let own = |after| {
+            let mode = ReadMode::OwnPending { after, min_idle };
+            ReadRequest::new(&s, G, "c", mode, 1)
+        };
+        let first = broker.read(own(EntryId::ZERO)).await.unwrap();
+        assert_eq!(delivered(&first), [e0], "min_idle {min_idle:?}");
+        let next = broker.read(own(e0)).await.unwrap();
+        assert_eq!(
+            delivered(&next),
+            [e1],
+            "min_idle {min_idle:?}: paged on past h's copy"
+        );
+        assert_eq!(pending_ids(&broker, &s).await, [e0, e1], "the copy acked");
+    }
+}
+
 /// A retry copy of this group's own that a lost read left pending counts
 /// from its original's deliveries when handed back: `max_deliveries` still
 /// ends it.

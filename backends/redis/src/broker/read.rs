@@ -63,7 +63,7 @@ pub(super) async fn read(
         if let ReadMode::OwnPending { after, min_idle } = req.mode
             && read.deliveries.is_empty()
             && read.dead_lettered.is_empty()
-            && let Some(&last) = read.dropped.iter().max()
+            && let Some(&last) = read.dropped.iter().chain(&read.passed).max()
             && last > after
         {
             req.mode = ReadMode::OwnPending {

@@ -18,12 +18,14 @@
 -- reply); nothing changed. A re-sent look at the own pending list is read
 -- again instead, with no idle bound (see below).
 --
--- Reply: { deliveries, dead-lettered ids, dropped ids, meta, set aside }
--- where a delivery is { id, fields, delivery count, idle ms }, meta is
--- { now, next due (-1: none), stream's last id, wake's last id, cursor },
--- and an entry set aside is { id, delivery count, reason, error }. The last
--- ids are only filled in when nothing was delivered (the caller then
--- blocks on them).
+-- Reply: { deliveries, dead-lettered ids, dropped ids, meta, set aside,
+-- passed-over ids } where a delivery is { id, fields, delivery count,
+-- idle ms }, meta is { now, next due (-1: none), stream's last id, wake's
+-- last id, cursor }, and an entry set aside is { id, delivery count,
+-- reason, error }. The last ids are only filled in when nothing was
+-- delivered (the caller then blocks on them). Passed over: retry copies of
+-- other groups the read met and acked for this one (a re-read of the own
+-- pending list that met only those pages on past them).
 --
 -- Set aside: an entry at its attempt bound whose dead letter has more fields
 -- than a script can pass (error '') is left where it is for the broker to
@@ -363,4 +365,4 @@ if #out == 0 then
   wake_last = w[1] and w[1][1] or '0-0'
 end
 
-return { out, dead, dropped, { now, next_due, stream_last, wake_last, cursor }, aside }
+return { out, dead, dropped, { now, next_due, stream_last, wake_last, cursor }, aside, foreign }

@@ -185,6 +185,10 @@ pub(crate) struct ScriptRead {
     pub(crate) deliveries: Vec<Delivery>,
     pub(crate) dead_lettered: Vec<EntryId>,
     pub(crate) dropped: Vec<EntryId>,
+    /// Retry copies of other groups the read met and passed over (acked
+    /// for this group): nothing to warn about, but a re-read of the own
+    /// pending list pages on past them.
+    pub(crate) passed: Vec<EntryId>,
     /// The server's clock at the read.
     pub(crate) now_ms: u64,
     /// When the next owed entry falls due (server clock), if any.
@@ -203,7 +207,8 @@ pub(crate) struct ScriptRead {
 }
 
 /// Parses the reply of the read script: `{ deliveries, dead ids, dropped
-/// ids, { now, next due, stream last, wake last, cursor }, set aside }`.
+/// ids, { now, next due, stream last, wake last, cursor }, set aside,
+/// passed-over ids }`.
 pub(crate) fn script_read(value: &Value) -> Result<ScriptRead, BadReply> {
     let parts = array(value);
     if let [only] = parts
@@ -214,7 +219,7 @@ pub(crate) fn script_read(value: &Value) -> Result<ScriptRead, BadReply> {
             ..ScriptRead::default()
         });
     }
-    let [deliveries, dead, dropped, meta, aside] = parts else {
+    let [deliveries, dead, dropped, meta, aside, passed] = parts else {
         return Err(bad("read script reply", value));
     };
     let mut out = ScriptRead::default();
@@ -235,6 +240,7 @@ pub(crate) fn script_read(value: &Value) -> Result<ScriptRead, BadReply> {
     }
     out.dead_lettered = ids(dead)?;
     out.dropped = ids(dropped)?;
+    out.passed = ids(passed)?;
     let meta = array(meta);
     let field = |i: usize| meta.get(i);
     out.now_ms = field(0)
@@ -344,12 +350,14 @@ mod tests {
                 bulk("delivered 4 times"),
                 bulk(""),
             ])]),
+            Value::Array(vec![bulk("4-5")]),
         ]);
         let read = script_read(&reply).unwrap();
         assert_eq!(read.deliveries[0].id(), EntryId::new(5, 1));
         assert_eq!(read.deliveries[0].delivery_count, 2);
         assert_eq!(read.deliveries[0].idle_ms, 350);
         assert_eq!(read.dead_lettered, [EntryId::new(4, 0)]);
+        assert_eq!(read.passed, [EntryId::new(4, 5)]);
         assert_eq!((read.now_ms, read.next_due_ms), (1_000, None));
         assert_eq!(read.stream_last, None);
         assert_eq!(read.cursor.as_deref(), Some("0-0"));
