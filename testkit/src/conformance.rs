@@ -193,6 +193,7 @@ macro_rules! __conformance_rules {
             dead_letters_are_listed_with_reason_and_count,
             a_redriven_record_is_handed_out_again,
             a_redriven_record_gets_its_attempts_back,
+            a_redriven_retry_copy_gets_its_attempts_back,
             redrive_does_not_move_the_cursor,
             discard_drops_a_dead_letter,
             dead_letters_and_pending_entries_survive_trimming,
@@ -1237,6 +1238,47 @@ pub async fn a_redriven_record_gets_its_attempts_back(t: Target) {
     );
     let pending = t.pending_list(&s).await;
     assert_eq!(pending[0].times_delivered, 2);
+}
+
+/// A redriven retry copy gets its attempts back too: the deliveries it
+/// carried from its original and earlier copies no longer count, whether
+/// its next failure is retried with a copy or with a delay. (Without this,
+/// one failure after a redrive dead-letters it again.)
+pub async fn a_redriven_retry_copy_gets_its_attempts_back(t: Target) {
+    for (name, how) in [
+        ("redrive-copy-copy", Retry::Copy),
+        ("redrive-copy-after", Retry::After(Duration::ZERO)),
+    ] {
+        let s = t.new_group(name).await;
+        t.publish_all(&s, &["a"]).await;
+        let bounded_read = || async {
+            let request = ReadRequest::new(&s, G, "w", ReadMode::New, 10).max_deliveries(2);
+            t.broker.read(request).await.unwrap()
+        };
+        for count in 0..2 {
+            let batch = bounded_read().await;
+            assert_eq!(counts(&batch), [count], "{name}");
+            t.broker
+                .retry(&s, G, &ids(&batch), Retry::Copy)
+                .await
+                .unwrap();
+        }
+        assert_eq!(bounded_read().await.dead_lettered.len(), 1, "{name}");
+        let dead: Vec<EntryId> = t.dead_list(&s).await.iter().map(DeadLetter::id).collect();
+        assert_eq!(t.broker.redrive(&s, G, &dead).await.unwrap(), 1, "{name}");
+        for count in 0..2 {
+            let batch = bounded_read().await;
+            assert_eq!(counts(&batch), [count], "{name}: attempts start over");
+            assert!(batch.dead_lettered.is_empty(), "{name}");
+            t.broker.retry(&s, G, &ids(&batch), how).await.unwrap();
+        }
+        let last = bounded_read().await;
+        assert!(
+            last.deliveries.is_empty(),
+            "{name}: the bound applies afresh"
+        );
+        assert_eq!(last.dead_lettered.len(), 1, "{name}");
+    }
 }
 
 /// Redrive does not move the group's cursor: finished work stays finished.

@@ -222,6 +222,13 @@
 //!   fields, so a redrive after trimming appends the entry again (as a retry
 //!   copy for the group, delivered behind newer entries); only an entry
 //!   already trimmed when it was dead-lettered cannot be redriven.
+//! - **A redriven retry copy comes back as a fresh copy.** A copy carries
+//!   its earlier deliveries in its fields (`rs:count`), which cannot be
+//!   changed in place; so that a redrive resets its count as on the local
+//!   brokers, redriving a copy that carries any appends a new copy counting
+//!   0 (same payload and headers, same original id) and deletes the old
+//!   one. It comes back under the new id, behind newer entries, like a
+//!   redrive after trimming.
 //! - **`Claiming` needs Redis 8.4.** [`Broker::check_mode`](ruststream_core::Broker::check_mode)
 //!   probes the command itself: it runs `XREADGROUP ... CLAIM` on a scratch
 //!   stream (made and deleted in the same round trip) and refuses a server

@@ -1,8 +1,13 @@
 -- Makes dead letters owed again with their delivery counts reset. An entry
 -- the stream still holds is owed under its own id; one trimmed away since
 -- is appended again from the dead letter's copy of its fields, as a retry
--- copy for the group (read as new, behind later entries). A copy too big
--- for a script is appended by the broker (see `plan_appends`).
+-- copy for the group (read as new, behind later entries). So is a retry
+-- copy of the group's that carries earlier deliveries (`rs:count` > 0): its
+-- fields cannot be changed in place, and the count they carry would be
+-- added to its next deliveries (see `own_count`), so a fresh copy counting
+-- 0 takes its place and the old one is deleted (only this group reads it).
+-- A copy too big for a script is appended by the broker (see
+-- `plan_appends`).
 --
 -- A dead letter with no copy of its fields (its entry was trimmed before it
 -- was dead-lettered) whose entry is gone cannot be redriven: the call then
@@ -39,7 +44,11 @@ for _, id in ipairs(distinct_ids(first)) do
   local member = dead_member(DIX, id)
   if member then
     local plan = { id = id, member = member, dead_id = member_dead_id(member) }
-    if not redis.call('XRANGE', S, id, id)[1] then
+    local entry = redis.call('XRANGE', S, id, id)[1]
+    if entry and copy_group(entry[2]) == G and carried(entry[2]) > 0 then
+      plan.fields = copy_fields(G, 0, original_of(id, entry[2]), entry[2])
+      plan.replaces = true
+    elseif not entry then
       local letter = redis.call('XRANGE', DEAD, plan.dead_id, plan.dead_id)[1]
       if not letter or is_lost(letter[2]) then
         lost[#lost + 1] = id
@@ -71,6 +80,9 @@ local n, used = write_plans(plans, function(plan)
     redis.call('XADD', S, '*', unpack(plan.fields))
   elseif not plan.fields then
     owe(DUE, OWED, plan.id, now, 0, now)
+  end
+  if plan.replaces then
+    redis.call('XDEL', S, plan.id)
   end
   redis.call('ZREM', DIX, plan.member)
   redis.call('XDEL', DEAD, plan.dead_id)
