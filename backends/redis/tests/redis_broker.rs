@@ -504,6 +504,82 @@ async fn owed_entries_go_first_and_new_ones_beyond_the_count_are_handed_back() {
     );
 }
 
+/// Group `g`'s pending list on `s`: each id and who holds it (`None`:
+/// owed).
+async fn holders(broker: &RedisBroker, s: &str) -> Vec<(EntryId, Option<String>)> {
+    let pending = broker
+        .pending(s, "g", EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    pending.into_iter().map(|p| (p.id, p.consumer)).collect()
+}
+
+/// Moving a group's cursor back past entries that are owed (nacked, or
+/// retried with a delay) reads them again as new, once: a read never hands
+/// one out twice, one read again is never claimed from its holder when its
+/// delay passes, and one read again and acked does not come back then.
+#[tokio::test]
+async fn moving_the_cursor_back_past_owed_entries_hands_each_out_once() {
+    let (broker, s) = group_on(url(), "rewind-owed", StreamStart::Beginning).await;
+    let all = broker
+        .publish_batch(&s, (0..3u8).map(|i| Message::new(vec![i])).collect())
+        .await
+        .unwrap();
+    assert_eq!(read_new(&broker, &s, "g", "a", 3).await.deliveries.len(), 3);
+    let now = Retry::After(Duration::ZERO);
+    let later = Retry::After(Duration::from_millis(300));
+    broker.retry(&s, "g", &all[..1], now).await.unwrap();
+    broker.retry(&s, "g", &all[1..], later).await.unwrap();
+    broker
+        .set_group_position(&s, "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    let b = read_new(&broker, &s, "g", "b", 10).await;
+    let got: Vec<EntryId> = b.deliveries.iter().map(|d| d.id()).collect();
+    assert_eq!(got, all, "each once");
+    broker.ack(&s, "g", &all[2..]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let c = read_new(&broker, &s, "g", "c", 10).await;
+    assert!(c.is_empty(), "nothing owed any more: {c:?}");
+    let b = Some("b".to_owned());
+    assert_eq!(
+        holders(&broker, &s).await,
+        [(all[0], b.clone()), (all[1], b)]
+    );
+}
+
+/// An entry made owed after its group's cursor was moved back behind it
+/// is read again as new all the same (the cursor gets there first): it is
+/// handed out once, and when its delay passes it is not claimed from the
+/// consumer that holds it.
+#[tokio::test]
+async fn an_entry_owed_behind_a_moved_back_cursor_is_not_taken_from_its_holder() {
+    for delay in [Duration::ZERO, Duration::from_millis(300)] {
+        let (broker, s) = group_on(url(), "rewind-then-owed", StreamStart::Beginning).await;
+        let e = publish_bytes(&broker, &s, b"e").await;
+        assert_eq!(read_new(&broker, &s, "g", "a", 1).await.deliveries.len(), 1);
+        broker
+            .set_group_position(&s, "g", StreamStart::Beginning)
+            .await
+            .unwrap();
+        broker
+            .retry(&s, "g", &[e], Retry::After(delay))
+            .await
+            .unwrap();
+        let b = read_new(&broker, &s, "g", "b", 10).await;
+        let got: Vec<EntryId> = b.deliveries.iter().map(|d| d.id()).collect();
+        assert_eq!(got, [e], "{delay:?}: once");
+        tokio::time::sleep(delay + Duration::from_millis(100)).await;
+        let c = read_new(&broker, &s, "g", "c", 10).await;
+        assert!(c.is_empty(), "{delay:?}: {c:?}");
+        assert_eq!(
+            holders(&broker, &s).await,
+            [(e, Some("b".to_owned()))],
+            "{delay:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn lag_is_counted_when_the_server_cannot_tell_it() {
     // A group started at an arbitrary id: XINFO GROUPS reports lag nil.

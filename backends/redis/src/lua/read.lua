@@ -136,8 +136,19 @@ local function redeliver_all(entries, held)
   end
 end
 
+-- Owed entries this read handed out, with their delivery counts: an entry
+-- past the group's cursor (moved back since it became owed) is read again
+-- by the XREADGROUP below, which must not hand it out twice.
+local owed_out = {}
+
 -- An entry read past the group's cursor.
 local function deliver_new(id, fields)
+  if owed_out[id] then
+    -- Already handed out by the owed step; XREADGROUP reset its pending
+    -- record's count to 1, so put back the count the owed step set.
+    redis.call('XCLAIM', S, G, C, 0, id, 'RETRYCOUNT', owed_out[id] + 1, 'JUSTID')
+    return
+  end
   local group = copy_group(fields)
   if group == nil then
     out[#out + 1] = { id, fields, 0, 0 }
@@ -187,9 +198,12 @@ end
 -- 1. Owed entries: delayed retries now due, nacks, redrives. They left the
 --    pending list when they became owed (so no claim could take them
 --    early); XCLAIM ... FORCE puts each back under the reader, same id.
---    Members of one due time come in id order (they are padded ids). An
---    entry dead-lettered or set aside takes no room, so the loop fetches
---    again until the room is filled.
+--    One a consumer holds all the same was read again as new after the
+--    group's cursor was moved back: it is out already, so it owes nothing
+--    any more (never taken from its holder). Members of one due time come
+--    in id order (they are padded ids). An entry dead-lettered, set aside
+--    or found held takes no room, so the loop fetches again until the room
+--    is filled.
 local function set_aside(member, id, times, err)
   redis.call('ZADD', DUE, now + ASIDE_MS, member)
   aside[#aside + 1] = { id, times, '', err }
@@ -212,6 +226,9 @@ if MODE ~= 'own' then
         -- A member without its record owes nothing (its entry was acked
         -- by a broker that only cleared the record).
         redis.call('ZREM', DUE, member)
+      elseif redis.call('XPENDING', S, G, id, id, 1)[1] then
+        redis.call('ZREM', DUE, member)
+        redis.call('HDEL', OWED, id)
       elseif over(times) then
         local e = redis.call('XRANGE', S, id, id)
         if give_up(id, e[1] and e[1][2] or false, times) then
@@ -232,6 +249,7 @@ if MODE ~= 'own' then
             foreign[#foreign + 1] = id
           elseif got[1] and got[1][2] then
             out[#out + 1] = { id, got[1][2], times, now - since }
+            owed_out[id] = times
           else
             dropped[#dropped + 1] = id
           end
