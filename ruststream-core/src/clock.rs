@@ -54,33 +54,6 @@ impl Clock {
             .saturating_add(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
     }
 
-    /// The first reading of this clock that comes at least `delay` from
-    /// now: `now_ms() + delay`, rounded up to the next whole millisecond
-    /// where the current time or `delay` has a fraction of one. A delayed
-    /// retry falls due at this reading, so it never runs early by the
-    /// part of a millisecond that `now_ms` leaves out.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use ruststream_core::Clock;
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let clock = Clock::starting_at(1_000);
-    /// assert_eq!(clock.due_ms(Duration::from_millis(100)), 1_100);
-    /// tokio::time::advance(Duration::from_micros(400)).await;
-    /// assert_eq!(clock.now_ms(), 1_000);
-    /// assert_eq!(clock.due_ms(Duration::from_millis(100)), 1_101);
-    /// # }
-    /// ```
-    pub fn due_ms(&self, delay: Duration) -> u64 {
-        let at = tokio::time::Instant::now()
-            .saturating_duration_since(self.tokio_base)
-            .saturating_add(delay);
-        let whole = at.as_millis() + u128::from(!at.subsec_nanos().is_multiple_of(1_000_000));
-        self.wall_base_ms
-            .saturating_add(u64::try_from(whole).unwrap_or(u64::MAX))
-    }
-
     /// The tokio instant at which this clock will read `wall_ms` (now, if
     /// that time has passed). Brokers sleep until such instants.
     pub fn instant_at(&self, wall_ms: u64) -> tokio::time::Instant {

@@ -613,7 +613,6 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         ids: &'a [EntryId],
         how: Retry,
     ) -> BrokerFuture<'a, u64> {
-        let clock = self.shared.clock;
         ready(self.group_change(
             "a retry",
             stream,
@@ -626,9 +625,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
                         .retry_copy_loading(stream, group, ids, now, |id| p.load_one(stream, id))
                         .map(|r| r.len() as u64),
                     Retry::After(delay) => {
-                        // Rounded up: never due before `delay` has passed
-                        // (`Clock::due_ms`).
-                        let delay_ms = clock.due_ms(delay).saturating_sub(now);
+                        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
                         e.retry_after(stream, group, ids, delay_ms, now)
                     }
                 }

@@ -28,12 +28,6 @@ pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A duration as whole milliseconds, rounded up: for a delay that must not
-/// end early.
-pub(crate) fn ms_up(d: Duration) -> u64 {
-    ms(d).saturating_add(u64::from(!d.subsec_nanos().is_multiple_of(1_000_000)))
-}
-
 /// Appends the fields of `message` to an `XADD`: `payload` first (entries
 /// without headers then share one field layout, which Redis stores
 /// compactly), then one `h:<name>` field per header, in order.

@@ -14,17 +14,6 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The first millisecond reading of `now_ms` that comes `delay` ms or more
--- after now: a delayed entry due then never falls due early by the part of
--- a millisecond `now_ms` leaves out. A delay of 0 is due at once (`now`).
-local function due_after(now, delay)
-  if delay <= 0 then
-    return now
-  end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000) + delay
-end
-
 -- Lua's `unpack`, and so any command a script builds from a table, stops
 -- near 8000 values (the C stack limit of Redis's Lua). An XADD that would
 -- pass more than this is made by the broker instead (see `plan_appends`).

@@ -27,7 +27,6 @@ if failure then
   return redis.error_reply(failure)
 end
 local now = now_ms()
-local due = due_after(now, DELAY)
 
 -- Reads: who holds each id, its count, and its fields. Another group's
 -- retry copy held here (a lost read's stray, handed back) is passed over:
@@ -74,7 +73,7 @@ local written, used = write_plans(plans, function(plan)
     if plan.held then
       redis.call('XACK', S, G, id)
     end
-    owe(DUE, OWED, id, due, plan.times, now)
+    owe(DUE, OWED, id, now + DELAY, plan.times, now)
   end
 end)
 local n = written - #dropped - passed

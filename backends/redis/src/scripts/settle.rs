@@ -7,7 +7,7 @@ use redis::Value;
 use ruststream_core::{EntryId, Retry};
 
 use super::{Call, ScriptError, Scripts};
-use crate::codec::{BadReply, array, bad, bytes, int, ms_up, text};
+use crate::codec::{BadReply, array, bad, bytes, int, ms, text};
 use crate::keys::GroupKeys;
 
 /// What a retry did.
@@ -73,8 +73,7 @@ impl Scripts {
         let keys = GroupKeys::new(stream, group);
         let (kind, delay) = match how {
             Retry::Copy => ("copy", 0),
-            // Rounded up, as the script rounds the time up: never early.
-            Retry::After(delay) => ("after", ms_up(delay)),
+            Retry::After(delay) => ("after", ms(delay)),
         };
         let head = Call::new(&self.retry, &[stream, &keys.due, &keys.owed, &keys.wake])
             .arg(group)
