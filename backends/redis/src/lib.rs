@@ -103,7 +103,7 @@
 //! |---|---|
 //! | publish | one pipelined `XADD` per message, one round trip per batch |
 //! | ensure group | `XGROUP CREATE ... MKSTREAM` (`$`, `0` or an id); `BUSYGROUP` means it exists |
-//! | start at | `XGROUP SETID` and forgetting the owed records of the entries past the new cursor (read again as new), in one script |
+//! | start at | `XGROUP SETID` |
 //! | read `New` | `XREADGROUP ... >` |
 //! | read `Reclaim` | `XAUTOCLAIM` from a cursor kept per consumer |
 //! | read `Claiming` | `XREADGROUP ... CLAIM min_idle ... >` (Redis 8.4 and later) |
@@ -216,10 +216,9 @@
 //!   back under the reader with `XCLAIM ... FORCE`, under its own id, before
 //!   anything else. While owed, `XPENDING` does not show it (the broker's
 //!   `pending()` does, held by nobody) and no idle claim can take it early.
-//!   Moving the group's cursor back past an owed entry forgets that it is
-//!   owed: it is read again as new, as a pending one is, and an owed entry
-//!   a read finds held by a consumer (read again as new meanwhile) is
-//!   dropped from the due set rather than claimed from its holder.
+//!   An owed entry a read finds held by a consumer (read again as new
+//!   after the group's cursor was moved back) is dropped from the due set
+//!   rather than claimed from its holder.
 //! - **Trimming deletes what groups still need.** Redis trims entries that
 //!   are pending, owed or unread retry copies; a claim then finds them gone,
 //!   acks them away and logs their ids. Dead letters keep a copy of their

@@ -76,7 +76,6 @@ scripts!(
     extend_claim,
     count_deliveries,
     delete_consumer,
-    set_position,
     dead_letters,
     pending,
     retain,

@@ -514,38 +514,46 @@ async fn holders(broker: &RedisBroker, s: &str) -> Vec<(EntryId, Option<String>)
     pending.into_iter().map(|p| (p.id, p.consumer)).collect()
 }
 
-/// Moving a group's cursor back past entries that are owed (nacked, or
-/// retried with a delay) reads them again as new, once: a read never hands
-/// one out twice, one read again is never claimed from its holder when its
-/// delay passes, and one read again and acked does not come back then.
+/// Moving a group's cursor leaves owed entries owed: one retried with a
+/// delay, the cursor moved back and then forward again (a `start_at`
+/// changed and changed back across deploys), still comes back when due,
+/// and the one held stays held. (Forgetting owed records on a move back
+/// lost such an entry for good once the cursor went forward again.)
 #[tokio::test]
-async fn moving_the_cursor_back_past_owed_entries_hands_each_out_once() {
-    let (broker, s) = group_on(url(), "rewind-owed", StreamStart::Beginning).await;
-    let all = broker
-        .publish_batch(&s, (0..3u8).map(|i| Message::new(vec![i])).collect())
-        .await
-        .unwrap();
-    assert_eq!(read_new(&broker, &s, "g", "a", 3).await.deliveries.len(), 3);
-    let now = Retry::After(Duration::ZERO);
-    let later = Retry::After(Duration::from_millis(300));
-    broker.retry(&s, "g", &all[..1], now).await.unwrap();
-    broker.retry(&s, "g", &all[1..], later).await.unwrap();
-    broker
-        .set_group_position(&s, "g", StreamStart::Beginning)
-        .await
-        .unwrap();
-    let b = read_new(&broker, &s, "g", "b", 10).await;
-    let got: Vec<EntryId> = b.deliveries.iter().map(|d| d.id()).collect();
-    assert_eq!(got, all, "each once");
-    broker.ack(&s, "g", &all[2..]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let c = read_new(&broker, &s, "g", "c", 10).await;
-    assert!(c.is_empty(), "nothing owed any more: {c:?}");
-    let b = Some("b".to_owned());
-    assert_eq!(
-        holders(&broker, &s).await,
-        [(all[0], b.clone()), (all[1], b)]
-    );
+async fn an_owed_entry_survives_moving_the_cursor_back_then_forward() {
+    for forward in [StreamStart::Id(EntryId::MAX), StreamStart::New] {
+        let (broker, s) = group_on(url(), "back-forward", StreamStart::Beginning).await;
+        let all = broker
+            .publish_batch(&s, (0..3u8).map(|i| Message::new(vec![i])).collect())
+            .await
+            .unwrap();
+        assert_eq!(read_new(&broker, &s, "g", "a", 3).await.deliveries.len(), 3);
+        broker.ack(&s, "g", &all[..1]).await.unwrap();
+        let later = Retry::After(Duration::from_millis(200));
+        broker.retry(&s, "g", &all[1..2], later).await.unwrap();
+        let back = StreamStart::Beginning;
+        broker.set_group_position(&s, "g", back).await.unwrap();
+        let forward = match forward {
+            StreamStart::Id(_) => StreamStart::Id(all[2]),
+            other => other,
+        };
+        broker.set_group_position(&s, "g", forward).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let got = read_new(&broker, &s, "g", "b", 10).await;
+        let got: Vec<EntryId> = got.deliveries.iter().map(|d| d.id()).collect();
+        assert_eq!(
+            got,
+            [all[1]],
+            "{forward:?}: the owed entry comes back when due"
+        );
+        let a = Some("a".to_owned());
+        let b = Some("b".to_owned());
+        assert_eq!(
+            holders(&broker, &s).await,
+            [(all[1], b), (all[2], a)],
+            "{forward:?}"
+        );
+    }
 }
 
 /// An entry made owed after its group's cursor was moved back behind it

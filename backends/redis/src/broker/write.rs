@@ -86,8 +86,7 @@ pub(super) async fn ensure_group(
     }
 }
 
-/// `XGROUP SETID`, forgetting the owed records of the entries past the new
-/// cursor (see `lua/set_position.lua`).
+/// `XGROUP SETID`.
 pub(super) async fn set_group_position(
     broker: &RedisBroker,
     stream: &str,
@@ -97,20 +96,16 @@ pub(super) async fn set_group_position(
     check_names(stream, Some(group), None)?;
     let scope = broker.scope(stream, Some(group));
     check_start(broker, stream, start, scope).await?;
-    let position = start_arg(start);
-    let forgot = broker
-        .script(scope, |s, conn| {
-            s.set_position(conn, stream, group, &position)
-        })
+    let _: Value = broker
+        .query(
+            redis::cmd("XGROUP")
+                .arg("SETID")
+                .arg(stream)
+                .arg(group)
+                .arg(start_arg(start)),
+            scope,
+        )
         .await?;
-    if forgot > 0 {
-        tracing::info!(
-            stream,
-            group,
-            forgot,
-            "cursor moved back past owed entries: they are read again as new"
-        );
-    }
     Ok(())
 }
 

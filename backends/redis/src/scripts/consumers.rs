@@ -1,6 +1,5 @@
-//! The consumer and group scripts: `delete_consumer.lua`, which prunes a
-//! consumer that holds nothing, and `set_position.lua`, which moves a
-//! group's cursor.
+//! The consumer scripts: `delete_consumer.lua`, which prunes a consumer
+//! that holds nothing.
 
 use std::time::Duration;
 
@@ -8,7 +7,6 @@ use crate::broker::Conn;
 
 use super::{Call, ScriptError, Scripts};
 use crate::codec::ms;
-use crate::keys::GroupKeys;
 
 impl Scripts {
     /// `delete_consumer.lua`: deletes `consumer` if it holds nothing and
@@ -27,22 +25,5 @@ impl Scripts {
             .arg(ms(min_idle));
         let deleted: i64 = call.invoke(&mut conn).await?;
         Ok(deleted == 1)
-    }
-
-    /// `set_position.lua`: moves `group`'s cursor to `position` (`$`, `0`
-    /// or an id) and forgets the owed records of the entries past it (read
-    /// again as new); returns how many it forgot.
-    pub(crate) async fn set_position(
-        &self,
-        mut conn: Conn,
-        stream: &str,
-        group: &str,
-        position: &str,
-    ) -> Result<u64, ScriptError> {
-        let keys = GroupKeys::new(stream, group);
-        let call = Call::new(&self.set_position, &[stream, &keys.due, &keys.owed])
-            .arg(group)
-            .arg(position);
-        Ok(call.invoke(&mut conn).await?)
     }
 }
