@@ -419,6 +419,11 @@ where
             let id = delivery.id();
             let held = delivery.delivery_count > 0 && in_hand.binary_search(&id).is_ok();
             if held {
+                // The broker counted this delivery: the decisions made for
+                // the entry keep their counts, and are still this
+                // subscription's to apply.
+                self.outbox
+                    .taken_back(id, delivery.delivery_count.saturating_add(1));
                 group_event!(
                     info,
                     env,

@@ -97,6 +97,12 @@ pub(super) struct Outbox {
     /// The entries of the batch the settler is applying, until it has
     /// applied all of it (see [`Outbox::in_hand`]).
     applying: Mutex<InHand>,
+    /// Entries a read handed out again while the subscription held them
+    /// (not run twice: `Driver::skip_in_hand`), with the delivery count
+    /// the broker gave them then, until their decisions have been applied:
+    /// that count is this subscription's own, not another holder's (see
+    /// [`still_held`]).
+    taken_back: Mutex<std::collections::HashMap<EntryId, u32>>,
 }
 
 /// Entries whose decisions have not reached the broker yet, by what the
@@ -143,6 +149,42 @@ impl Outbox {
         let applying = self.applying.lock().unwrap_or_else(PoisonError::into_inner);
         into.ending.extend_from_slice(&applying.ending);
         into.owing.extend_from_slice(&applying.owing);
+    }
+
+    /// Notes that a read handed `id` out again, with `count` deliveries at
+    /// the broker, while the subscription held it.
+    pub(super) fn taken_back(&self, id: EntryId, count: u32) {
+        let mut taken = self
+            .taken_back
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let known = taken.entry(id).or_insert(count);
+        *known = (*known).max(count);
+    }
+
+    /// The delivery count a take-back of `id` left at the broker, if any.
+    fn taken_back_count(&self, id: EntryId) -> Option<u32> {
+        let taken = self
+            .taken_back
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        taken.get(&id).copied()
+    }
+
+    /// The batch being applied has been: its entries are no longer in hand,
+    /// nor their take-backs.
+    fn applied(&self) {
+        let mut applying = self.applying.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut taken = self
+            .taken_back
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !taken.is_empty() {
+            for id in applying.ending.iter().chain(&applying.owing) {
+                taken.remove(id);
+            }
+        }
+        applying.clear();
     }
 
     /// Whether no more outcomes will come: the subscription has stopped.
@@ -219,11 +261,7 @@ pub(super) async fn settle_loop(env: Env, outbox: Arc<Outbox>, last_read: Arc<La
         if settler.failures.load(Ordering::Relaxed) == failures {
             settler.troubled.store(false, Ordering::Relaxed);
         }
-        outbox
-            .applying
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        outbox.applied();
         env.counters.add_settled(settled as u64);
         outbox.settled.notify_one();
     }
@@ -368,15 +406,13 @@ impl SettleBatch {
             let delay = run[0].0;
             let items: Vec<(EntryId, u32)> =
                 run.iter().map(|&(_, id, times)| (id, times)).collect();
-            if retry_call(settler, "retry (delay)", &items, delay).await {
-                counters.settled_as(Outcome::RetryAfter, items.len() as u64);
-            }
+            let made = retry_call(settler, "retry (delay)", &items, delay).await;
+            counters.settled_as(Outcome::RetryAfter, made as u64);
         }
         self.delayed.clear();
         for items in self.handed_back.chunks(SETTLE_BATCH) {
-            if retry_call(settler, "hand back", items, Duration::ZERO).await {
-                counters.settled_as(Outcome::HandedBack, items.len() as u64);
-            }
+            let made = retry_call(settler, "hand back", items, Duration::ZERO).await;
+            counters.settled_as(Outcome::HandedBack, made as u64);
         }
         self.handed_back.clear();
         // One call per reason (a poison run shares one), ids in order.
@@ -474,9 +510,9 @@ async fn retry_call(
     what: &str,
     items: &[(EntryId, u32)],
     delay: Duration,
-) -> bool {
+) -> usize {
     if not_tried(settler, what, items.len()) {
-        return false;
+        return 0;
     }
     let env = settler.env;
     let mut items = items.to_vec();
@@ -485,11 +521,11 @@ async fn retry_call(
     // out again, so even the first attempt is made only for those still
     // held here at their counts.
     if settler.troubled.load(Ordering::Relaxed)
-        && let Ok(held) = still_held(env, &items).await
+        && let Ok(held) = still_held(settler, &items).await
     {
         items = held;
         if items.is_empty() {
-            return true;
+            return 0;
         }
     }
     let mut ids: Vec<EntryId> = items.iter().map(|(id, _)| *id).collect();
@@ -500,19 +536,20 @@ async fn retry_call(
             .retry(env.stream(), env.group(), &ids, Retry::After(delay))
             .await;
         match answer {
-            Ok(_) => return true,
+            Ok(_) => return ids.len(),
             Err(error) => {
                 if !attempts.again(settler, what, ids.len(), error).await {
-                    return false;
+                    return 0;
                 }
+                let tried = ids.len();
                 // A listing that fails leaves the entries as they were.
-                if let Ok(held) = still_held(env, &items).await {
+                if let Ok(held) = still_held(settler, &items).await {
                     items = held;
                     ids = items.iter().map(|(id, _)| *id).collect();
                 }
                 if ids.is_empty() {
                     // The failed attempt was applied after all.
-                    return true;
+                    return tried;
                 }
             }
         }
@@ -520,9 +557,15 @@ async fn retry_call(
 }
 
 /// Those of `items` still pending under this consumer with a delivery
-/// count no higher than theirs (not delivered again since). An entry past
-/// the end of a listing cut short is kept.
-async fn still_held(env: &Env, items: &[(EntryId, u32)]) -> BrokerResult<Vec<(EntryId, u32)>> {
+/// count no higher than theirs (not delivered again since), or than the
+/// count a read that handed the entry out again to this subscription left
+/// (its own take-back, not run twice: [`Outbox::taken_back`]). An entry
+/// past the end of a listing cut short is kept.
+async fn still_held(
+    settler: &Settler<'_>,
+    items: &[(EntryId, u32)],
+) -> BrokerResult<Vec<(EntryId, u32)>> {
+    let env = settler.env;
     let Some(from) = items.iter().map(|(id, _)| *id).min() else {
         return Ok(Vec::new());
     };
@@ -548,7 +591,12 @@ async fn still_held(env: &Env, items: &[(EntryId, u32)]) -> BrokerResult<Vec<(En
         .iter()
         .copied()
         .filter(|(id, times)| {
-            held.get(id).is_some_and(|now| now <= times) || last.is_some_and(|last| *id > last)
+            let ours = settler
+                .outbox
+                .taken_back_count(*id)
+                .unwrap_or(0)
+                .max(*times);
+            held.get(id).is_some_and(|now| *now <= ours) || last.is_some_and(|last| *id > last)
         })
         .collect())
 }
