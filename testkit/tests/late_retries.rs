@@ -15,7 +15,7 @@ use ruststream_core::{Broker, Message};
 use ruststream_memory::MemoryBroker;
 use ruststream_testkit::HandWritten;
 use ruststream_testkit::faults::{CallKind, FaultyBroker};
-use support::recorder::{Record, Recorder};
+use support::recorder::{Record, Recorder, start_one};
 
 const MIN_IDLE: Duration = Duration::from_millis(300);
 
@@ -76,15 +76,7 @@ async fn a_first_retry_attempt_makes_owed_an_entry_another_consumer_runs() {
     for who in ["A", "B"] {
         let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 7));
         let broker: Arc<dyn Broker> = faults.clone();
-        let sub = subscriber(s, who, t0, &record);
-        let app = RustStream::new(AppInfo::new("late", "0"))
-            .instance(who)
-            .with_shared_broker(broker, |b| {
-                b.include(sub);
-            })
-            .start()
-            .await
-            .unwrap();
+        let app = start_one(who, broker, subscriber(s, who, t0, &record)).await;
         if who == "A" {
             // A alone reads a and x.
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -12,12 +12,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ruststream::{
-    AppInfo, HandlerOutcome, PARTITION_KEY_HEADER, Running, RustStream, Stream, Subscription,
-};
+use ruststream::{HandlerOutcome, PARTITION_KEY_HEADER, Running, Stream, Subscription};
 use ruststream_core::{Broker, DeadLetter, EntryId, Message};
 use ruststream_memory::MemoryBroker;
-use ruststream_testkit::HandWritten;
 use ruststream_testkit::faults::{CallKind, Fault, FaultyBroker};
 use support::recorder::{Record, Recorder, ack};
 
@@ -57,25 +54,14 @@ async fn setup(
     let inner = MemoryBroker::new();
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 7));
     let record = Record::default();
-    let sub = HandWritten {
-        name: "recorder",
-        subscription,
-        handler: Recorder {
-            who: "c",
-            t0: tokio::time::Instant::now(),
-            takes,
-            outcome,
-            record: record.clone(),
-        },
+    let recorder = Recorder {
+        who: "c",
+        t0: tokio::time::Instant::now(),
+        takes,
+        outcome,
+        record: record.clone(),
     };
-    let broker: Arc<dyn Broker> = faults.clone();
-    let app = RustStream::new(AppInfo::new("take-back", "0"))
-        .with_shared_broker(broker, |b| {
-            b.include(sub);
-        })
-        .start()
-        .await
-        .unwrap();
+    let app = recorder.start_on(faults.clone(), subscription).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     Setup {
         inner,

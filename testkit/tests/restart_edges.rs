@@ -12,14 +12,12 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ruststream::{
-    AppInfo, HandlerOutcome, PARTITION_KEY_HEADER, Running, RustStream, Stream, Subscription,
-};
+use ruststream::{HandlerOutcome, PARTITION_KEY_HEADER, Running, Stream, Subscription};
 use ruststream_core::{Broker, Message, ReadMode, ReadRequest, StreamStart};
 use ruststream_memory::MemoryBroker;
-use ruststream_testkit::HandWritten;
 use support::recorder::{Record, Recorder, Run};
 
+/// Starts an app whose subscriber (consumer `c0`) records into `record`.
 async fn start_app(
     broker: Arc<dyn Broker>,
     subscription: Subscription,
@@ -28,24 +26,15 @@ async fn start_app(
     record: &Record,
     t0: tokio::time::Instant,
 ) -> Running {
-    let sub = HandWritten {
-        name: "recorder",
-        subscription,
-        handler: Recorder {
-            who: "c0",
-            t0,
-            takes,
-            outcome,
-            record: record.clone(),
-        },
+    let record = record.clone();
+    let recorder = Recorder {
+        who: "c0",
+        t0,
+        takes,
+        outcome,
+        record,
     };
-    RustStream::new(AppInfo::new("restart", "0"))
-        .with_shared_broker(broker, |b| {
-            b.include(sub);
-        })
-        .start()
-        .await
-        .unwrap()
+    recorder.start_on(broker, subscription).await
 }
 
 /// A memory broker with group `g` on `s` from the beginning, an empty run

@@ -13,12 +13,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ruststream::{
-    AppInfo, HandlerOutcome, PARTITION_KEY_HEADER, Running, RustStream, Stream, Subscription,
-};
+use ruststream::{HandlerOutcome, PARTITION_KEY_HEADER, Running, Stream, Subscription};
 use ruststream_core::{Broker, EntryId, Message};
 use ruststream_memory::MemoryBroker;
-use ruststream_testkit::HandWritten;
 use ruststream_testkit::faults::{CallKind, FaultyBroker};
 use support::recorder::{Record, Recorder};
 
@@ -34,26 +31,15 @@ async fn start(
     t0: tokio::time::Instant,
 ) -> (Arc<FaultyBroker>, Running) {
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 7));
-    let sub = HandWritten {
-        name: "recorder",
-        subscription,
-        handler: Recorder {
-            who,
-            t0,
-            takes,
-            outcome,
-            record: record.clone(),
-        },
+    let record = record.clone();
+    let recorder = Recorder {
+        who,
+        t0,
+        takes,
+        outcome,
+        record,
     };
-    let broker: Arc<dyn Broker> = faults.clone();
-    let app = RustStream::new(AppInfo::new("counts", "0"))
-        .instance(who)
-        .with_shared_broker(broker, |b| {
-            b.include(sub);
-        })
-        .start()
-        .await
-        .unwrap();
+    let app = recorder.start_on(faults.clone(), subscription).await;
     (faults, app)
 }
 

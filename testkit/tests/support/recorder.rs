@@ -9,8 +9,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ruststream::{Context, HandlerOutcome, Settle};
-use ruststream_testkit::Handle;
+use ruststream::{AppInfo, Context, HandlerOutcome, Running, RustStream, Settle, Subscription};
+use ruststream_core::Broker;
+use ruststream_testkit::{HandWritten, Handle};
 
 /// One run: the payload (as text), its delivery count, who ran it, and
 /// when it started (since the recorder's start).
@@ -54,6 +55,37 @@ pub struct Recorder {
     pub outcome: fn(&str, u32) -> HandlerOutcome,
     /// Where the runs go.
     pub record: Record,
+}
+
+impl Recorder {
+    /// Starts an app (instance `who`) on `broker` whose one subscriber,
+    /// on `subscription`, is this recorder.
+    pub async fn start_on(self, broker: Arc<dyn Broker>, subscription: Subscription) -> Running {
+        let who = self.who;
+        let sub = HandWritten {
+            name: "recorder",
+            subscription,
+            handler: self,
+        };
+        start_one(who, broker, sub).await
+    }
+}
+
+/// Starts an app (instance `who`) on `broker` with the one subscriber
+/// `sub`.
+pub async fn start_one(
+    who: &'static str,
+    broker: Arc<dyn Broker>,
+    sub: HandWritten<Recorder>,
+) -> Running {
+    RustStream::new(AppInfo::new("recorded", "0"))
+        .instance(who)
+        .with_shared_broker(broker, |b| {
+            b.include(sub);
+        })
+        .start()
+        .await
+        .unwrap()
 }
 
 /// Acks every run.
