@@ -48,6 +48,12 @@ async fn fresh(s: &str) -> (MemoryBroker, Record, tokio::time::Instant) {
     (inner, Record::default(), tokio::time::Instant::now())
 }
 
+/// Fails unless group `g` of `s` has nothing pending.
+async fn nothing_pending(inner: &MemoryBroker, s: &str) {
+    let info = inner.group_info(s, "g").await.unwrap();
+    assert_eq!(info.pending, 0, "{info:?}");
+}
+
 fn keyed(text: &str, key: &str) -> Message {
     Message::new(text.as_bytes().to_vec()).with_header(PARTITION_KEY_HEADER, key)
 }
@@ -119,8 +125,7 @@ async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
     let runs = record.runs();
     assert_eq!(runs.len(), 80, "{runs:?}");
     check_key_order(&runs).unwrap();
-    let info = inner.group_info(s, "g").await.unwrap();
-    assert_eq!(info.pending, 0);
+    nothing_pending(&inner, s).await;
 }
 
 /// Graceful shutdown with a `by_key` lane running past the deadline, its
@@ -190,8 +195,7 @@ async fn by_key_order_holds_across_a_shutdown_past_the_deadline() {
             .collect::<Vec<_>>(),
     )
     .unwrap();
-    let info = inner.group_info(s, "g").await.unwrap();
-    assert_eq!(info.pending, 0);
+    nothing_pending(&inner, s).await;
 }
 
 /// An entry asks for `retry_after(60 s)`; the app is shut down gracefully
@@ -250,14 +254,8 @@ async fn a_retry_after_is_not_run_early_after_a_graceful_restart() {
 async fn settles_failing_at_shutdown_strand_nothing_after_a_restart() {
     use ruststream_testkit::faults::{CallKind, FaultyBroker};
     let s = "restart-settles-fail";
-    let inner = MemoryBroker::new();
-    inner
-        .ensure_group(s, "g", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let (inner, record, t0) = fresh(s).await;
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 3));
-    let record = Record::default();
-    let t0 = tokio::time::Instant::now();
     let subscription = || {
         Subscription::new(Stream::new(s).group("g").consumer("c0"))
             .workers(2)
@@ -332,14 +330,8 @@ async fn settles_failing_at_shutdown_strand_nothing_after_a_restart() {
 async fn a_held_entrys_hand_back_made_again_leaves_it_to_its_new_holder() {
     use ruststream_testkit::faults::{CallKind, Fault, FaultyBroker};
     let s = "restart-held-handback";
-    let inner = MemoryBroker::new();
-    inner
-        .ensure_group(s, "g", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let (inner, record, t0) = fresh(s).await;
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 5));
-    let record = Record::default();
-    let t0 = tokio::time::Instant::now();
     // Claiming, so that the last look at shutdown (a `new` subscription's,
     // which hands back everything under the name) plays no part.
     let subscription = Subscription::new(
