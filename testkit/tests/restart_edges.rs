@@ -54,6 +54,10 @@ async fn nothing_pending(inner: &MemoryBroker, s: &str) {
     assert_eq!(info.pending, 0, "{info:?}");
 }
 
+fn msg(text: &str) -> Message {
+    Message::new(text.as_bytes().to_vec())
+}
+
 fn keyed(text: &str, key: &str) -> Message {
     Message::new(text.as_bytes().to_vec()).with_header(PARTITION_KEY_HEADER, key)
 }
@@ -399,5 +403,121 @@ async fn a_held_entrys_hand_back_made_again_leaves_it_to_its_new_holder() {
         pending[0].consumer.as_deref(),
         Some("c0"),
         "the entry the twin runs was handed back again (taken from it): {pending:?}"
+    );
+}
+
+/// A claiming subscription (min_idle 60 s) restarted under the name of a
+/// process that crashed a moment ago: its start-up look sees the crashed
+/// process's entry fresh, and looks again after the live window (15 s).
+/// Meanwhile its own first read, in the very millisecond it started, hands
+/// out `x`, whose handler asks for `retry()`: left pending in place, for a
+/// claiming read once idle `min_idle`. The second look hands back the
+/// crashed process's entry and leaves `x` alone (it is the subscription's
+/// own retry), so `x` runs again only after `min_idle`, as `y` (1 ms later)
+/// does.
+#[tokio::test(start_paused = true)]
+async fn a_claiming_retry_made_right_at_start_is_not_handed_back_by_the_twin_look() {
+    let s = "restart-claiming-retry";
+    let (inner, record, t0) = fresh(s).await;
+    inner.publish(s, msg("crashed")).await.unwrap();
+    let predecessor = ReadRequest::new(s, "g", "c0", ReadMode::New, 1);
+    inner.read(predecessor).await.unwrap();
+    inner.publish(s, msg("x")).await.unwrap();
+    let subscription = Subscription::new(
+        Stream::claiming(s, Duration::from_secs(60))
+            .group("g")
+            .consumer("c0"),
+    )
+    .workers(1);
+    let outcome = |text: &str, count: u32| match (text, count) {
+        ("x" | "y", 0) => HandlerOutcome::retry(),
+        _ => HandlerOutcome::ack(),
+    };
+    let broker = Arc::new(inner.clone());
+    let app = start_app(
+        broker,
+        subscription,
+        |_| Duration::ZERO,
+        outcome,
+        &record,
+        t0,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    inner.publish(s, msg("y")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    app.shutdown().await;
+    let runs = record.runs();
+    for text in ["x", "y"] {
+        let of: Vec<_> = runs.iter().filter(|r| r.0 == text).collect();
+        assert_eq!(of.len(), 2, "{text}: {runs:?}");
+        assert!(
+            of[1].3 >= Duration::from_secs(60),
+            "{text}'s retry() ran again after {:?}, before min_idle (60 s): {runs:?}",
+            of[1].3
+        );
+    }
+    assert!(runs.iter().any(|r| r.0 == "crashed"), "{runs:?}");
+}
+
+/// A live twin (consumer c0 in another process) keeps three entries fresh;
+/// a claiming subscription starts under the same name. It sets
+/// `consumer_name_shared` and keeps it while the twin lives (`docs/
+/// guarantees.md`, "Shared consumer names"), taking nothing from it.
+#[tokio::test(start_paused = true)]
+async fn a_claiming_subscription_keeps_seeing_a_live_twin() {
+    let s = "restart-claiming-twin";
+    let (inner, record, t0) = fresh(s).await;
+    for n in 0..3 {
+        inner.publish(s, msg(&format!("t-{n}"))).await.unwrap();
+    }
+    let twin = ReadRequest::new(s, "g", "c0", ReadMode::New, 3);
+    let twins: Vec<_> = inner
+        .read(twin)
+        .await
+        .unwrap()
+        .deliveries
+        .iter()
+        .map(|d| d.id())
+        .collect();
+    let refresher = {
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            loop {
+                inner.extend_claim(s, "g", "c0", &twins).await.unwrap();
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        })
+    };
+    let subscription = Subscription::new(
+        Stream::claiming(s, Duration::from_secs(60))
+            .group("g")
+            .consumer("c0"),
+    );
+    let ack = |_: &str, _: u32| HandlerOutcome::ack();
+    let app = start_app(
+        Arc::new(inner.clone()),
+        subscription,
+        |_| Duration::ZERO,
+        ack,
+        &record,
+        t0,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let early = app.stats().await[0].consumer_name_shared;
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    let later = app.stats().await[0].consumer_name_shared;
+    refresher.abort();
+    app.shutdown().await;
+    assert!(
+        record.runs().is_empty(),
+        "the twin's entries were taken: {:?}",
+        record.runs()
+    );
+    assert!(early, "not seen at start");
+    assert!(
+        later,
+        "the live twin is no longer reported after a live window"
     );
 }

@@ -29,7 +29,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ruststream_core::{BrokerResult, Delivery, ReadBatch, ReadMode};
+use ruststream_core::{BrokerResult, Delivery, EntryId, ReadBatch, ReadMode};
 use tokio::sync::watch;
 
 use super::Counters;
@@ -113,6 +113,43 @@ struct Driver<'a, S, F, M> {
     stop: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
     /// Decisions of this wake, handed to the settler at its end.
     decisions: SettleBatch,
+    /// Retries this subscription left pending in place (claiming and
+    /// reclaim), newest last, with when: its own, not another process's,
+    /// for the looks at its pending list (see [`LeftInPlace`]).
+    left: LeftInPlace,
+}
+
+/// The retries a claiming or reclaim subscription left pending in place
+/// lately. They stay pending under its consumer, unrefreshed, until a
+/// claiming read takes them once idle `min_idle`; a look at the own
+/// pending list must not take them for another live process's entries,
+/// nor for strays. Kept for `min_idle` plus a live window, and at most
+/// [`LeftInPlace::MOST`].
+#[derive(Default)]
+struct LeftInPlace(std::collections::VecDeque<(EntryId, tokio::time::Instant)>);
+
+impl LeftInPlace {
+    /// How many are kept at most (the oldest go first).
+    const MOST: usize = 1 << 16;
+
+    /// Notes `ids`, left now, and forgets those left longer ago than
+    /// `keep`.
+    fn note(&mut self, ids: impl Iterator<Item = EntryId>, keep: Duration) {
+        let now = tokio::time::Instant::now();
+        self.0.extend(ids.map(|id| (id, now)));
+        while self
+            .0
+            .front()
+            .is_some_and(|(_, at)| now.saturating_duration_since(*at) > keep)
+            || self.0.len() > Self::MOST
+        {
+            self.0.pop_front();
+        }
+    }
+
+    fn ids(&self) -> impl Iterator<Item = EntryId> + '_ {
+        self.0.iter().map(|(id, _)| *id)
+    }
 }
 
 impl<'a, S, F, M> Driver<'a, S, F, M>
@@ -156,6 +193,7 @@ where
             peek: env.shutdown.clone(),
             stop,
             decisions: SettleBatch::default(),
+            left: LeftInPlace::default(),
         }
     }
 
@@ -173,10 +211,15 @@ where
             if self.stopping && self.held == 0 {
                 break;
             }
-            let lanes = &self.lanes;
+            let (lanes, left) = (&self.lanes, &self.left);
             let was_reading = self.reader.reading();
+            let holding = || {
+                let mut ids = lanes.holding();
+                ids.extend(left.ids());
+                ids
+            };
             self.reader
-                .maybe_read(self.stopping || stop_now, self.held, || lanes.holding());
+                .maybe_read(self.stopping || stop_now, self.held, holding);
             if !was_reading
                 && self.reader.reading()
                 && std::future::poll_fn(|cx| Poll::Ready(self.reader.send(cx))).await
@@ -215,6 +258,10 @@ where
             self.lanes.take_reruns(self.decisions.reruns());
             if !self.decisions.is_empty() {
                 // One hand-over per wake, however many entries finished.
+                let env = &self.pipeline.env;
+                let min_idle = env.claimed_after.unwrap_or(Duration::ZERO);
+                let keep = min_idle + super::claims::live_window(env);
+                self.left.note(self.decisions.take_left(), keep);
                 self.outbox.push(&mut self.decisions);
             }
             let counters = &self.pipeline.env.counters;
@@ -608,7 +655,7 @@ fn retry_on_lane(env: &Env, started: &Started, decision: &Decision) -> Option<On
     let delay = match decision {
         Decision::Copy(_) => Duration::ZERO,
         Decision::After(_, delay, _) => *delay,
-        Decision::Leave => match env.subscription.stream.read_mode() {
+        Decision::Leave(_) => match env.subscription.stream.read_mode() {
             ReadMode::Claiming { min_idle } | ReadMode::Reclaim { min_idle } => min_idle,
             ReadMode::New | ReadMode::OwnPending { .. } => Duration::ZERO,
         },

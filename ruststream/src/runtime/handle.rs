@@ -286,7 +286,7 @@ impl<S: Subscriber> Pipeline<S> {
             );
         }
         let decision = if self.env.subscription.stream.retries_in_place() {
-            Decision::Leave
+            Decision::Leave(id)
         } else {
             Decision::Copy(id)
         };

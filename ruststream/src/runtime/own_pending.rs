@@ -65,11 +65,11 @@ impl TwinWatch {
         }
     }
 
-    /// Which own pending entries a look considers: on a claiming or
+    /// Which stale own pending entries a look hands back: on a claiming or
     /// reclaim subscription only those last delivered before it started
-    /// (its own retries stay pending under its name, unrefreshed, on
-    /// purpose, for a claiming read once `min_idle` has passed: they are
-    /// neither another process's nor strays); on a `new` one, all.
+    /// (it leaves its own retries pending under its name, unrefreshed, on
+    /// purpose, for a claiming read once `min_idle` has passed; those it
+    /// left lately are known by id, the rest by this); on a `new` one, all.
     pub(super) fn delivered_before(&self, env: &Env) -> Option<tokio::time::Instant> {
         env.subscription
             .stream
@@ -246,19 +246,21 @@ pub(super) fn look_for_a_twin(
     delivered_before: Option<tokio::time::Instant>,
 ) -> BrokerFuture<'_, Look> {
     Box::pin(async move {
-        let mut strays = own_strays(env, &holding, None).await?;
-        // Idle at least as long as the subscription has run (measured once
-        // the listing is back): delivered before it. Idle times are whole
-        // milliseconds, so one of its own retries read in the very
-        // millisecond it started passes too (a retry sooner, never one
-        // lost; a predecessor's entry read in that millisecond must pass).
+        // `holding` includes the retries this subscription left pending in
+        // place lately: its own, neither another process's nor strays.
+        let strays = own_strays(env, &holding, None).await?;
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        let (mut stale, fresh): (Vec<PendingEntry>, Vec<PendingEntry>) =
+            strays.into_iter().partition(|p| p.idle_ms >= window_ms);
+        // A stale one is handed back only if it was delivered before the
+        // subscription started (idle at least as long as it has run,
+        // measured once the listing is back): one delivered since is its
+        // own, left to the claiming read. Fresh ones all count: another
+        // process keeps them fresh, whenever it read them.
         if let Some(started) = delivered_before {
             let ran_ms = started.elapsed().as_millis();
-            strays.retain(|p| u128::from(p.idle_ms) >= ran_ms);
+            stale.retain(|p| u128::from(p.idle_ms) >= ran_ms);
         }
-        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
-        let (stale, fresh): (Vec<PendingEntry>, Vec<PendingEntry>) =
-            strays.into_iter().partition(|p| p.idle_ms >= window_ms);
         let handed_back = if hand_back_stale {
             let stale: Vec<EntryId> = stale.iter().map(|p| p.id).collect();
             hand_back(env, &stale).await?

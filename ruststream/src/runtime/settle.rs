@@ -54,7 +54,7 @@ pub(super) enum Decision {
     /// Retry on a claiming or reclaim subscription: nothing to tell the
     /// broker, the entry stays pending under its own id until a claiming
     /// read takes it once idle. Not acking it is the retry.
-    Leave,
+    Leave(EntryId),
 }
 
 /// How a handled entry is to be settled, and what an observer is told.
@@ -298,6 +298,9 @@ pub(super) struct SettleBatch {
     handed_back: Vec<(EntryId, u32)>,
     /// Retries left pending in place (`Decision::Leave`).
     left: u64,
+    /// Their ids, taken out by the subscription's task before the batch
+    /// is handed over (see [`SettleBatch::take_left`]).
+    left_ids: Vec<EntryId>,
     /// Held entries run again on their `by_key` lanes, with their delivery
     /// counts for the broker (`Broker::count_deliveries`). Not decisions:
     /// they settle nothing and are not in `count`.
@@ -321,7 +324,10 @@ impl SettleBatch {
         match decision {
             Decision::Ack(id) => self.acks.push(id),
             Decision::Copy(id) => self.copies.push(id),
-            Decision::Leave => self.left += 1,
+            Decision::Leave(id) => {
+                self.left += 1;
+                self.left_ids.push(id);
+            }
             Decision::After(id, delay, times) => self.delayed.push((delay, id, times)),
             Decision::HandBack(id, times) => self.handed_back.push((id, times)),
             Decision::Dead(id, reason) => self.dead.push((id, reason)),
@@ -340,6 +346,11 @@ impl SettleBatch {
         into.owing.extend(self.delayed.iter().map(|&(_, id, _)| id));
         into.owing
             .extend(self.handed_back.iter().map(|&(id, _)| id));
+    }
+
+    /// The ids of the retries left pending in place since the last call.
+    pub(super) fn take_left(&mut self) -> std::vec::Drain<'_, EntryId> {
+        self.left_ids.drain(..)
     }
 
     /// Where the held entries run again go (see `reruns`).
