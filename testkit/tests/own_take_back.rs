@@ -37,6 +37,12 @@ impl Setup {
         self.faults.outage(&kinds, d);
     }
 
+    /// Group `g`'s dead letters on `s`.
+    async fn dead_letters(&self, s: &str) -> Vec<DeadLetter> {
+        let dead = self.inner.dead_letters(s, "g", EntryId::ZERO, 10);
+        dead.await.unwrap()
+    }
+
     /// Lets the app run for 20 s (paused clock), then shuts it down.
     async fn run_out(&mut self) {
         tokio::time::sleep(Duration::from_secs(20)).await;
@@ -107,11 +113,7 @@ async fn key_k_with_acks_refused(
         t.broker_away_for(Duration::from_secs(3));
     }
     t.run_out().await;
-    let dead = t
-        .inner
-        .dead_letters(s, "g", EntryId::ZERO, 10)
-        .await
-        .unwrap();
+    let dead = t.dead_letters(s).await;
     let runs = t.record.texts();
     eprintln!("runs {runs:?}; injected {}", t.faults.injected());
     (runs, dead)
@@ -228,11 +230,7 @@ async fn slow_refreshes_keep_an_acked_entrys_claim_while_its_ack_waits() {
     t.faults.outage(&[CallKind::Ack], Duration::from_secs(3));
     t.inner.publish(s, keyed("e0")).await.unwrap();
     t.run_out().await;
-    let dead = t
-        .inner
-        .dead_letters(s, "g", EntryId::ZERO, 10)
-        .await
-        .unwrap();
+    let dead = t.dead_letters(s).await;
     let reasons: Vec<String> = dead.iter().map(|d| d.reason.clone()).collect();
     assert!(
         reasons.is_empty(),

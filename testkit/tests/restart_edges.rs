@@ -48,6 +48,13 @@ async fn fresh(s: &str) -> (MemoryBroker, Record, tokio::time::Instant) {
     (inner, Record::default(), tokio::time::Instant::now())
 }
 
+/// Consumer `c0` of group `g` on `s`, `workers(n, by_key)`.
+fn keyed_c0(s: &str, n: usize) -> Subscription {
+    Subscription::new(Stream::new(s).group("g").consumer("c0"))
+        .workers(n)
+        .by_key()
+}
+
 /// Fails unless group `g` of `s` has nothing pending.
 async fn nothing_pending(inner: &MemoryBroker, s: &str) {
     let info = inner.group_info(s, "g").await.unwrap();
@@ -103,10 +110,7 @@ async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
     tokio::time::sleep(Duration::from_secs(20)).await;
     let record = Record::default();
     let t0 = tokio::time::Instant::now();
-    let subscription = Subscription::new(Stream::new(s).group("g").consumer("c0"))
-        .workers(2)
-        .by_key()
-        .prefetch(8);
+    let subscription = keyed_c0(s, 2).prefetch(8);
     let app = start_app(
         Arc::new(inner.clone()),
         subscription,
@@ -140,11 +144,7 @@ async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
 async fn by_key_order_holds_across_a_shutdown_past_the_deadline() {
     let s = "restart-deadline";
     let (inner, record, t0) = fresh(s).await;
-    let subscription = || {
-        Subscription::new(Stream::new(s).group("g").consumer("c0"))
-            .workers(2)
-            .by_key()
-    };
+    let subscription = || keyed_c0(s, 2);
     let takes = |text: &str| {
         if text == "a-0" {
             Duration::from_secs(100)
@@ -260,11 +260,7 @@ async fn settles_failing_at_shutdown_strand_nothing_after_a_restart() {
     let s = "restart-settles-fail";
     let (inner, record, t0) = fresh(s).await;
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 3));
-    let subscription = || {
-        Subscription::new(Stream::new(s).group("g").consumer("c0"))
-            .workers(2)
-            .by_key()
-    };
+    let subscription = || keyed_c0(s, 2);
     let takes = |text: &str| {
         if text == "k-0" {
             Duration::from_secs(3)
