@@ -15,7 +15,7 @@ use std::time::Duration;
 use ruststream::{HandlerOutcome, PARTITION_KEY_HEADER, Running, Stream, Subscription};
 use ruststream_core::{Broker, Message, ReadMode, ReadRequest, StreamStart};
 use ruststream_memory::MemoryBroker;
-use support::recorder::{Record, Recorder, Run};
+use support::recorder::{Record, Recorder, Run, ack};
 
 /// Starts an app whose subscriber (consumer `c0`) records into `record`.
 async fn start_app(
@@ -35,6 +35,19 @@ async fn start_app(
         record,
     };
     recorder.start_on(broker, subscription).await
+}
+
+/// The next instance (same consumer name): it acks every entry, each run
+/// taking 10 ms.
+async fn successor(
+    inner: &MemoryBroker,
+    subscription: Subscription,
+    record: &Record,
+    t0: tokio::time::Instant,
+) -> Running {
+    let takes = |_: &str| Duration::from_millis(10);
+    let broker = Arc::new(inner.clone());
+    start_app(broker, subscription, takes, ack, record, t0).await
 }
 
 /// A memory broker with group `g` on `s` from the beginning, an empty run
@@ -178,15 +191,7 @@ async fn by_key_order_holds_across_a_shutdown_past_the_deadline() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     first.shutdown_within(Duration::from_secs(1)).await;
-    let second = start_app(
-        Arc::new(inner.clone()),
-        subscription(),
-        |_| Duration::from_millis(10),
-        |_, _| HandlerOutcome::ack(),
-        &record,
-        t0,
-    )
-    .await;
+    let second = successor(&inner, subscription(), &record, t0).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     second.shutdown().await;
     let runs = record.runs();
@@ -293,15 +298,7 @@ async fn settles_failing_at_shutdown_strand_nothing_after_a_restart() {
             .await
             .unwrap()
     );
-    let second = start_app(
-        Arc::new(inner.clone()),
-        subscription(),
-        |_| Duration::from_millis(10),
-        |_, _| HandlerOutcome::ack(),
-        &record,
-        t0,
-    )
-    .await;
+    let second = successor(&inner, subscription(), &record, t0).await;
     inner.publish(s, keyed("k-4", "k")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(60)).await;
     let stats = second.stats().await;
