@@ -92,6 +92,17 @@ pub struct ReadRequest<'a> {
     /// times is dead-lettered instead of being handed out again, and listed
     /// in [`ReadBatch::dead_lettered`]. `None`: unbounded.
     pub max_deliveries: Option<u32>,
+    /// Entries the reading consumer still holds (handlers running them,
+    /// decisions about them on their way). A read that takes idle entries
+    /// (claiming, reclaim, or the own pending list with an idle bound)
+    /// first refreshes the claims on those of them pending under the
+    /// reader, as [`Broker::extend_claim`] does, in the same step: so it
+    /// never takes back, and counts a delivery for, an entry its reader
+    /// still works on, even when the reader's claim refreshes fell behind.
+    /// Other reads pass it over. Usually empty: the runtime fills it only
+    /// while its refreshes are failing or late (`docs/semantics.md`,
+    /// Claims).
+    pub held: &'a [EntryId],
 }
 
 impl<'a> ReadRequest<'a> {
@@ -111,6 +122,7 @@ impl<'a> ReadRequest<'a> {
             count,
             block: None,
             max_deliveries: None,
+            held: &[],
         }
     }
 
@@ -145,6 +157,26 @@ impl<'a> ReadRequest<'a> {
     pub fn max_deliveries(mut self, max: u32) -> Self {
         self.max_deliveries = Some(max);
         self
+    }
+
+    /// The same read, naming the entries the reader still holds (see
+    /// [`ReadRequest::held`]).
+    pub fn holding(mut self, held: &'a [EntryId]) -> Self {
+        self.held = held;
+        self
+    }
+
+    /// Whether this read takes entries that sat idle long enough, wherever
+    /// they are pending (claiming and reclaim reads) or under the reader
+    /// (an own-pending read with an idle bound): the reads
+    /// [`ReadRequest::held`] is for.
+    #[must_use]
+    pub fn takes_idle(&self) -> bool {
+        match self.mode {
+            ReadMode::Claiming { .. } | ReadMode::Reclaim { .. } => true,
+            ReadMode::OwnPending { min_idle, .. } => !min_idle.is_zero(),
+            ReadMode::New => false,
+        }
     }
 }
 

@@ -176,6 +176,7 @@ macro_rules! __conformance_rules {
             a_lapsed_claim_is_handed_out_again,
             an_extended_claim_stands_for_min_idle_from_the_extension,
             extending_a_claim_the_consumer_does_not_hold_changes_nothing,
+            a_read_taking_idle_entries_passes_over_what_its_reader_holds,
             a_delivery_counted_without_a_read_is_kept_through_a_hand_back,
             owed_records_go_out_before_new_ones,
             reclaim_never_hands_out_new_entries,
@@ -765,6 +766,52 @@ pub async fn extending_a_claim_the_consumer_does_not_hold_changes_nothing(t: Tar
         .await
         .unwrap_err();
     assert!(err.to_string().contains("consumer name"), "{err}");
+}
+
+/// A read that takes idle entries first refreshes the claims on the
+/// entries its reader names as held (`ReadRequest::held`): it hands none of
+/// them out and counts no delivery for them, and they stand for `min_idle`
+/// from that read. That holds for claiming (or reclaim) reads and for own
+/// pending reads with an idle bound. Naming an entry another consumer
+/// holds refreshes nothing: it is taken as usual once idle.
+pub async fn a_read_taking_idle_entries_passes_over_what_its_reader_holds(t: Target) {
+    let s = t.new_group("held-refresh").await;
+    let sent = t.publish_all(&s, &["held", "idle", "peers"]).await;
+    assert_eq!(texts(&t.read_new(&s, "worker", 2).await), ["held", "idle"]);
+    assert_eq!(texts(&t.read_new(&s, "peer", 1).await), ["peers"]);
+    t.advance(MIN_IDLE).await;
+    let held = [sent[0], sent[2]];
+    let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
+    let request = ReadRequest::new(&s, G, "worker", mode, 10).holding(&held);
+    let mut taken = texts(&t.claiming_read(request).await);
+    taken.sort();
+    assert_eq!(
+        taken,
+        ["idle", "peers"],
+        "held passed over, the peer's taken"
+    );
+    let pending = t.broker.pending(&s, G, sent[0], 1, None).await.unwrap();
+    assert_eq!(pending[0].consumer.as_deref(), Some("worker"));
+    assert_eq!(pending[0].times_delivered, 1, "a refresh is no delivery");
+
+    // Idle for min_idle since the claiming read: the own pending read with
+    // an idle bound passes it over too when the reader names it.
+    t.advance(MIN_IDLE).await;
+    let stale = ReadMode::OwnPending {
+        after: EntryId::ZERO,
+        min_idle: MIN_IDLE,
+    };
+    let own = ReadRequest::new(&s, G, "worker", stale, 10).holding(&held[..1]);
+    let own = t.broker.read(own).await.unwrap();
+    assert_eq!(texts(&own), ["idle", "peers"], "both idle since the claim");
+    let pending = t.broker.pending(&s, G, sent[0], 1, None).await.unwrap();
+    assert_eq!(pending[0].times_delivered, 1, "still no delivery counted");
+
+    // Not named any more, it is taken once idle, with the count it had.
+    t.advance(MIN_IDLE).await;
+    let claimed = t.claiming(&s, "rescuer", 1).await;
+    assert_eq!(ids(&claimed), [sent[0]]);
+    assert_eq!(counts(&claimed), [1], "delivered once before");
 }
 
 /// A delivery counted without a read (a `by_key` lane's re-run) raises

@@ -239,3 +239,55 @@ async fn slow_refreshes_keep_an_acked_entrys_claim_while_its_ack_waits() {
     );
     assert_eq!(t.record.texts(), [("e0".to_owned(), 0)]);
 }
+
+/// Claim refreshes refused for 3 s while reads work, and the ack of e0
+/// refused as long: e0's claim lapses while it is in hand. The
+/// subscription's own claiming reads name what it holds once its
+/// refreshes are behind, and the broker refreshes those first, so no read
+/// takes e0 back and counts a delivery: `max_deliveries(2)` does not
+/// dead-letter an entry whose one run acked, and the broker's count stays
+/// at that one delivery. (Before, every read after `min_idle` counted one,
+/// and the second dead-lettered e0.)
+#[tokio::test(start_paused = true)]
+async fn refused_refreshes_do_not_count_deliveries_for_an_entry_in_hand() {
+    let s = "take-back-refused-refresh";
+    let subscription = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
+        .workers(1)
+        .by_key()
+        .max_deliveries(2);
+    let mut t = setup(subscription, |_| Duration::ZERO, ack).await;
+    t.faults.outage(
+        &[CallKind::Ack, CallKind::ExtendClaim],
+        Duration::from_secs(3),
+    );
+    t.inner.publish(s, keyed("e0")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pending = t
+        .inner
+        .pending(s, "g", EntryId::ZERO, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        pending
+            .iter()
+            .map(|p| p.times_delivered)
+            .collect::<Vec<_>>(),
+        [1],
+        "e0 in hand, its ack refused: delivered once"
+    );
+    t.run_out().await;
+    let reasons: Vec<String> = t
+        .dead_letters(s)
+        .await
+        .into_iter()
+        .map(|d| d.reason)
+        .collect();
+    assert!(
+        reasons.is_empty(),
+        "runs {:?}: {reasons:?}",
+        t.record.texts()
+    );
+    assert_eq!(t.record.texts(), [("e0".to_owned(), 0)]);
+    let info = t.inner.group_info(s, "g").await.unwrap();
+    assert_eq!((info.pending, info.lag), (0, 0), "{info:?}");
+}

@@ -229,6 +229,12 @@ impl Engine {
         batch.deliveries.clear();
         batch.dead_lettered.clear();
         req.validate()?;
+        if !req.held.is_empty() && req.takes_idle() {
+            // The reader's own entries in hand are not idle, whatever
+            // their last refresh: refreshed first, in the same step, so
+            // the idle phase passes them over (`ReadRequest::held`).
+            self.extend_claim(req.stream, req.group, req.consumer, req.held, now_ms)?;
+        }
         let wants_new = matches!(req.mode, ReadMode::New | ReadMode::Claiming { .. });
         let s = self.stream_mut(req.stream, req.group)?;
         let g = s.group_mut(req.stream, req.group)?;

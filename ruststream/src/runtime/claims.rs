@@ -33,7 +33,17 @@ const REFRESHES_PER_MIN_IDLE: u32 = 3;
 /// the task refresh in a tight loop.
 const SHORTEST: Duration = Duration::from_millis(10);
 
-type Refresh<'a> = Pin<Box<dyn Future<Output = BrokerResult<u64>> + Send + 'a>>;
+/// A refresh in flight, with the time it was sent.
+type Refresh<'a> = (
+    tokio::time::Instant,
+    Pin<Box<dyn Future<Output = BrokerResult<u64>> + Send + 'a>>,
+);
+
+/// How many refresh intervals may pass without a refresh landing before
+/// the claims count as behind ([`KeepAlive::behind`]): one missed refresh.
+/// Below [`REFRESHES_PER_MIN_IDLE`], so the entries in hand are named to
+/// reads well before their claims can lapse.
+const BEHIND_AFTER: u32 = 2;
 
 /// Refreshes in flight at once at most. A slow broker call must not hold
 /// up the next refresh (the claims would lapse behind it), but a broker
@@ -48,6 +58,12 @@ pub(super) struct KeepAlive<'a> {
     tick: Pin<Box<tokio::time::Sleep>>,
     /// The refreshes in flight, oldest first.
     calls: Vec<Refresh<'a>>,
+    /// When the newest refresh that landed was sent (or the keep-alive
+    /// started, or found nothing to refresh): every entry held then has
+    /// been idle at the broker no longer than since this time.
+    fresh_since: tokio::time::Instant,
+    /// Whether the newest refresh that came back failed.
+    failing: bool,
 }
 
 /// How often the subscription refreshes its claims: its keep-alive
@@ -80,24 +96,60 @@ impl<'a> KeepAlive<'a> {
             every,
             tick: Box::pin(tokio::time::sleep(every)),
             calls: Vec::new(),
+            fresh_since: tokio::time::Instant::now(),
+            failing: false,
         }
+    }
+
+    /// How often the claims are refreshed.
+    pub(super) fn every(&self) -> Duration {
+        self.every
+    }
+
+    /// How long the claims on held entries stay safely fresh: until no
+    /// refresh has landed for [`BEHIND_AFTER`] intervals; zero after that.
+    /// A read that takes idle entries and names none waits no longer than
+    /// this, so it cannot take back an entry whose claim lapsed while it
+    /// waited.
+    pub(super) fn fresh_for(&self) -> Duration {
+        (self.fresh_since + self.every * BEHIND_AFTER)
+            .saturating_duration_since(tokio::time::Instant::now())
+    }
+
+    /// Whether the refreshes are failing (the newest one that came back
+    /// failed) or slow (the oldest in flight was sent more than an interval
+    /// ago). A read that takes idle entries then names the entries in
+    /// hand, and the broker refreshes those first (`ReadRequest::held`): so
+    /// the subscription's own read never takes back, and counts a delivery
+    /// for, an entry it still works on. (Only failing or slow refreshes
+    /// count, not time alone: a paused clock moved on in one step is no
+    /// reason to keep entries fresh that a retry left to be claimed.)
+    pub(super) fn behind(&self) -> bool {
+        self.failing
+            || self
+                .calls
+                .first()
+                .is_some_and(|(sent, _)| sent.elapsed() > self.every)
     }
 
     /// Polls the refresh in flight (its errors are logged: the next tick
     /// tries again) and the timer; ready when it is time to refresh.
     pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let env = self.env;
-        self.calls.retain_mut(|call| {
+        let (fresh_since, failing) = (&mut self.fresh_since, &mut self.failing);
+        self.calls.retain_mut(|(sent, call)| {
             let Poll::Ready(result) = call.as_mut().poll(cx) else {
                 return true;
             };
-            if let Err(error) = result {
-                group_event!(
+            *failing = result.is_err();
+            match result {
+                Ok(_) => *fresh_since = (*fresh_since).max(*sent),
+                Err(error) => group_event!(
                     warn,
                     env,
                     %error,
                     "could not refresh the claims on held entries; trying again at the next tick"
-                );
+                ),
             }
             false
         });
@@ -107,17 +159,22 @@ impl<'a> KeepAlive<'a> {
     /// Refreshes the claims on `ids` (the entries the subscription holds)
     /// and sets the next tick.
     pub(super) fn refresh(&mut self, ids: Vec<EntryId>) {
-        self.tick
-            .as_mut()
-            .reset(tokio::time::Instant::now() + self.every);
-        if ids.is_empty() || self.calls.len() >= IN_FLIGHT {
+        let now = tokio::time::Instant::now();
+        self.tick.as_mut().reset(now + self.every);
+        if ids.is_empty() {
+            // Nothing held: nothing can lapse.
+            self.fresh_since = now;
+            return;
+        }
+        if self.calls.len() >= IN_FLIGHT {
             return;
         }
         let env = self.env;
-        self.calls.push(Box::pin(async move {
+        let call = Box::pin(async move {
             env.broker
                 .extend_claim(env.stream(), env.group(), &env.consumer, &ids)
                 .await
-        }));
+        });
+        self.calls.push((now, call));
     }
 }

@@ -218,8 +218,15 @@ where
                 ids.extend(left.ids());
                 ids
             };
+            let (decisions, outbox) = (&self.decisions, &self.outbox);
+            let in_hand = || {
+                let InHand { mut ending, owing } = in_hand(lanes, decisions, outbox);
+                ending.extend(owing);
+                ending
+            };
+            let claims = (&self.keep_alive, in_hand);
             self.reader
-                .maybe_read(self.stopping || stop_now, self.held, holding);
+                .maybe_read(self.stopping || stop_now, self.held, holding, claims);
             if !was_reading
                 && self.reader.reading()
                 && std::future::poll_fn(|cx| Poll::Ready(self.reader.send(cx))).await
@@ -427,13 +434,7 @@ where
     /// held after a retry, in `ending`), and those whose decisions have not
     /// reached the broker yet.
     fn in_hand(&self) -> InHand {
-        let mut in_hand = InHand {
-            ending: self.lanes.holding(),
-            owing: Vec::new(),
-        };
-        self.decisions.in_hand(&mut in_hand);
-        self.outbox.in_hand(&mut in_hand);
-        in_hand
+        in_hand(&self.lanes, &self.decisions, self.outbox)
     }
 
     /// Leaves out of a read what the subscription already holds. A
@@ -678,4 +679,21 @@ fn retry_on_lane(env: &Env, started: &Started, decision: &Decision) -> Option<On
         )));
     }
     Some(OnLane::Hold(delay))
+}
+
+/// The entries a subscription holds: on its `lanes` (queued, running, held
+/// after a retry, in `ending`), and those whose `decisions` (made this
+/// wake, or in the `outbox`) have not reached the broker yet.
+fn in_hand<F: Future<Output = Decided>>(
+    lanes: &Lanes<F>,
+    decisions: &SettleBatch,
+    outbox: &Outbox,
+) -> InHand {
+    let mut in_hand = InHand {
+        ending: lanes.holding(),
+        owing: Vec::new(),
+    };
+    decisions.in_hand(&mut in_hand);
+    outbox.in_hand(&mut in_hand);
+    in_hand
 }

@@ -37,6 +37,7 @@ use ruststream_core::{
     StreamStart,
 };
 
+use super::claims::KeepAlive;
 use super::own_pending::{Look, TwinLook, TwinWatch, look_for_a_twin, recheck_after_a_lost_read};
 use super::room::SettledSignal;
 use super::settle::Outbox;
@@ -178,12 +179,18 @@ impl<'a> Reader<'a> {
     /// settler's signal). `stopping` forbids reading.
     ///
     /// `in_lanes` is how many entries the lanes hold, and `holding` lists
-    /// them (asked for only by a re-check).
+    /// them (asked for only by a re-check). `claims` is the keep-alive (how
+    /// long the claims on what the subscription holds stay fresh:
+    /// [`KeepAlive::fresh_for`]) and what the subscription holds: a read that takes idle entries waits no longer
+    /// than that while anything is held, and once the claims are behind,
+    /// it names what is held (`ReadRequest::held`), so that it cannot take
+    /// back an entry the subscription still works on.
     pub(super) fn maybe_read(
         &mut self,
         stopping: bool,
         in_lanes: usize,
         holding: impl FnOnce() -> Vec<EntryId>,
+        claims: (&KeepAlive<'_>, impl FnOnce() -> Vec<EntryId>),
     ) {
         let may_read = self.read.is_none()
             && self.returned.is_none()
@@ -239,7 +246,7 @@ impl<'a> Reader<'a> {
             return;
         };
         self.room.disarm();
-        let (mode, block) = match self.recovering {
+        let (mode, mut block) = match self.recovering {
             // A pending list answers at once: no blocking.
             Some(after) => (
                 ReadMode::OwnPending {
@@ -250,7 +257,26 @@ impl<'a> Reader<'a> {
             ),
             None => (self.mode, Some(READ_BLOCK)),
         };
+        let (keep_alive, in_hand) = claims;
+        let mut held = Vec::new();
         let mut request = ReadRequest::new(env.stream(), env.group(), &env.consumer, mode, count);
+        if unsettled > 0 && request.takes_idle() {
+            let wait = if keep_alive.behind() {
+                // Named for one refresh interval at most: an entry settled
+                // meanwhile (a retry left pending for a claiming read to
+                // take) must not be kept fresh by a list gone stale.
+                held = in_hand();
+                keep_alive.every()
+            } else {
+                let fresh_for = keep_alive.fresh_for();
+                if fresh_for.is_zero() {
+                    keep_alive.every()
+                } else {
+                    fresh_for
+                }
+            };
+            block = block.map(|b| b.min(wait));
+        }
         self.asked = count;
         request.block = block;
         request.max_deliveries = env.subscription.max_deliveries;
@@ -259,7 +285,10 @@ impl<'a> Reader<'a> {
         self.spare.deliveries.clear();
         self.spare.dead_lettered.clear();
         self.sent = Instant::now();
-        match env.broker.read_now(&request, &mut self.spare) {
+        match env
+            .broker
+            .read_now(&request.holding(&held), &mut self.spare)
+        {
             // Nothing now, and the read would wait: it waits as a read.
             Some(Ok(())) if block.is_some() && is_quiet(&self.spare) => {}
             Some(answer) => {
@@ -269,7 +298,11 @@ impl<'a> Reader<'a> {
             }
             None => {}
         }
-        self.read = Some(env.broker.read(request));
+        self.read = Some(if held.is_empty() {
+            env.broker.read(request)
+        } else {
+            Box::pin(async move { env.broker.read(request.holding(&held)).await })
+        });
     }
 
     /// Takes back a delivery buffer the lanes are done with (empty), for

@@ -219,15 +219,51 @@ end
 
 -- The ids in ARGV from `first` on, each once: a call may name an id twice,
 -- and must settle it once.
-local function distinct_ids(first)
+local function distinct_ids(first, last)
   local ids, seen = {}, {}
-  for i = first, #ARGV do
+  for i = first, last or #ARGV do
     if not seen[ARGV[i]] then
       seen[ARGV[i]] = true
       ids[#ids + 1] = ARGV[i]
     end
   end
   return ids
+end
+
+-- Refreshes consumer `c`'s claim on those of `ids` pending under it: each
+-- one's idle time starts again from now, its delivery count stays
+-- (nothing was delivered). `XCLAIM ... 0 ... JUSTID` to the consumer
+-- already holding the entry does exactly that: JUSTID leaves the count
+-- alone, and the delivery time becomes now.
+--
+-- Only ids pending under `c` are claimed: XCLAIM would take an entry from
+-- another consumer. Owed entries are not in the pending list (they are
+-- held by nobody), so they are passed over too. An entry no longer in the
+-- stream (trimmed while pending) is passed over as well: XCLAIM would drop
+-- it from the pending list (Redis 7.0 and later), which is a read's job,
+-- with its log line.
+--
+-- All checks come first; then the claims, which cannot fail. Returns how
+-- many claims were refreshed (XCLAIM replies with the ids it claimed, so
+-- this counts them rather than summing integers, as `call_chunked` does).
+local function refresh_claims(stream, group, c, ids)
+  local held = {}
+  for _, id in ipairs(ids) do
+    local p = redis.call('XPENDING', stream, group, id, id, 1, c)
+    if p[1] and redis.call('XRANGE', stream, id, id)[1] then
+      held[#held + 1] = id
+    end
+  end
+  local n = 0
+  for i = 1, #held, CHUNK do
+    local cmd = { 'XCLAIM', stream, group, c, 0 }
+    for j = i, math.min(i + CHUNK - 1, #held) do
+      cmd[#cmd + 1] = held[j]
+    end
+    cmd[#cmd + 1] = 'JUSTID'
+    n = n + #redis.call(unpack(cmd))
+  end
+  return n
 end
 
 -- Makes `id` owed from `due`, with its delivery count.

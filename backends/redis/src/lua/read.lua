@@ -10,7 +10,10 @@
 --       4 count, 5 min idle ms, 6 max deliveries (0: unbounded),
 --       7 position (own: read after this id; reclaim: XAUTOCLAIM cursor),
 --       8 read mark token ('': none), 9 its lifetime in ms,
---       10.. (claiming) the XREADGROUP ... CLAIM command to run
+--       10 how many held ids follow (n), 11..10+n the ids the reader
+--       holds (claiming, reclaim and own with an idle bound: their
+--       claims are refreshed before anything idle is taken),
+--       11+n.. (claiming) the XREADGROUP ... CLAIM command to run
 -- KEYS[7], with a mark: the read mark's key (broker/read_mark.rs)
 --
 -- Reply { 'resent' }: the mark held this call's own token, so an earlier
@@ -78,6 +81,15 @@ if TOKEN ~= '' then
 end
 
 local now = now_ms()
+
+-- The reader's entries in hand are not idle, however late its own claim
+-- refreshes are: refreshed here, before any step below looks for idle
+-- entries, so no step takes one back and counts a delivery for it.
+local HELD_N = tonumber(ARGV[10])
+local CLAIM_AT = 11 + HELD_N
+if HELD_N > 0 then
+  refresh_claims(S, G, C, distinct_ids(11, 10 + HELD_N))
+end
 
 local function over(times)
   return MAX > 0 and times >= MAX
@@ -294,12 +306,12 @@ elseif MODE == 'reclaim' then
     end
   end
 elseif MODE == 'claiming' then
-  -- ARGV 10.. is the XREADGROUP ... CLAIM command, built by the caller;
-  -- its COUNT becomes the room left after the owed entries.
+  -- ARGV CLAIM_AT.. is the XREADGROUP ... CLAIM command, built by the
+  -- caller; its COUNT becomes the room left after the owed entries.
   local room = COUNT - #out
   if room > 0 then
     local cmd = {}
-    for i = 10, #ARGV do
+    for i = CLAIM_AT, #ARGV do
       cmd[#cmd + 1] = ARGV[i]
     end
     for i = 5, #cmd - 1 do

@@ -77,6 +77,13 @@ impl Scripts {
             .arg(position)
             .arg(token)
             .arg(ttl_ms);
+        // Only a read that takes idle entries refreshes the held ones.
+        let held = if req.takes_idle() && !owed_only {
+            req.held
+        } else {
+            &[]
+        };
+        call = call.arg(held.len()).ids(held);
         if let (ReadMode::Claiming { min_idle }, false) = (req.mode, owed_only) {
             call = call.arg(claim_read_command(
                 req.stream,
