@@ -14,12 +14,30 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ruststream::{HandlerOutcome, PARTITION_KEY_HEADER, Running, Stream, Subscription};
-use ruststream_core::{Broker, EntryId, Message};
+use ruststream_core::{Broker, EntryId, Message, PendingEntry};
 use ruststream_memory::MemoryBroker;
 use ruststream_testkit::faults::{CallKind, FaultyBroker};
 use support::recorder::{Record, Recorder};
 
 const MIN_IDLE: Duration = Duration::from_millis(300);
+
+/// A memory broker, an empty run record, and the instant runs are timed
+/// from.
+fn fresh() -> (MemoryBroker, Record, tokio::time::Instant) {
+    (
+        MemoryBroker::new(),
+        Record::default(),
+        tokio::time::Instant::now(),
+    )
+}
+
+/// Group `g`'s pending list of `s` (up to 100 entries).
+async fn pending(inner: &MemoryBroker, s: &str) -> Vec<PendingEntry> {
+    inner
+        .pending(s, "g", EntryId::ZERO, 100, None)
+        .await
+        .unwrap()
+}
 
 async fn start(
     inner: &MemoryBroker,
@@ -43,26 +61,71 @@ async fn start(
     (faults, app)
 }
 
-/// Claim refreshes fail for 2 s, so the subscription's own claiming read
-/// takes its entries back (skipped, each counted at the broker); with
-/// `ack_fails`, acks fail too, which makes the settler check every retry
-/// against the broker's counts before its first attempt.
-fn refreshes_fail(faults: &FaultyBroker, ack_fails: bool) {
-    let kinds: &[CallKind] = if ack_fails {
+/// How long the calls each test makes fail stay failing.
+const OUTAGE: Duration = Duration::from_secs(2);
+
+/// The calls that fail for [`OUTAGE`]: claim refreshes, so the
+/// subscription's own claiming read takes its entries back (skipped, each
+/// counted at the broker); with `ack_fails`, acks too, which makes the
+/// settler check every retry against the broker's counts before its first
+/// attempt.
+fn refreshes_fail(ack_fails: bool) -> &'static [CallKind] {
+    if ack_fails {
         &[CallKind::Ack, CallKind::ExtendClaim]
     } else {
         &[CallKind::ExtendClaim]
-    };
-    faults.outage(kinds, Duration::from_secs(2));
+    }
+}
+
+/// `retry_after(delay)` on the first run (count 0) of payload `target`;
+/// every other run is acked.
+fn first_run_retries_after(
+    target: &str,
+    delay: Duration,
+    text: &str,
+    count: u32,
+) -> HandlerOutcome {
+    if text == target && count == 0 {
+        HandlerOutcome::retry_after(delay)
+    } else {
+        HandlerOutcome::ack()
+    }
 }
 
 /// x: `retry_after(10 s)` on its first run (count 0), acked after.
 fn x_retries_after_10s(text: &str, count: u32) -> HandlerOutcome {
-    if text == "x" && count == 0 {
-        HandlerOutcome::retry_after(Duration::from_secs(10))
-    } else {
-        HandlerOutcome::ack()
-    }
+    first_run_retries_after("x", Duration::from_secs(10), text, count)
+}
+
+/// Starts A on a claiming subscription of `s` (2 workers, prefetch 8)
+/// whose runs of x take 5 s and end as [`x_retries_after_10s`]; 100 ms
+/// later `failing` fail for [`OUTAGE`] and a and x are published.
+async fn x_retried_through_an_outage(
+    s: &'static str,
+    failing: &[CallKind],
+) -> (MemoryBroker, Record, Running) {
+    let (inner, record, t0) = fresh();
+    let sub = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
+        .workers(2)
+        .prefetch(8);
+    let takes = |text: &str| {
+        if text == "x" {
+            Duration::from_secs(5)
+        } else {
+            Duration::ZERO
+        }
+    };
+    let (faults, app) = start(&inner, "A", sub, takes, x_retries_after_10s, &record, t0).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    faults.outage(failing, OUTAGE);
+    inner
+        .publish_batch(
+            s,
+            vec![Message::new(b"a".to_vec()), Message::new(b"x".to_vec())],
+        )
+        .await
+        .unwrap();
+    (inner, record, app)
 }
 
 /// A claiming subscription's own read takes back x while it runs (its
@@ -86,31 +149,7 @@ async fn control_without_a_failed_ack_the_retry_waits_its_delay() {
 
 async fn early_retry(ack_fails: bool) {
     let s = "counts-early-retry";
-    let (inner, record, t0) = (
-        MemoryBroker::new(),
-        Record::default(),
-        tokio::time::Instant::now(),
-    );
-    let sub = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
-        .workers(2)
-        .prefetch(8);
-    let takes = |text: &str| {
-        if text == "x" {
-            Duration::from_secs(5)
-        } else {
-            Duration::ZERO
-        }
-    };
-    let (faults, app) = start(&inner, "A", sub, takes, x_retries_after_10s, &record, t0).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    refreshes_fail(&faults, ack_fails);
-    inner
-        .publish_batch(
-            s,
-            vec![Message::new(b"a".to_vec()), Message::new(b"x".to_vec())],
-        )
-        .await
-        .unwrap();
+    let (_inner, record, app) = x_retried_through_an_outage(s, refreshes_fail(ack_fails)).await;
     tokio::time::sleep(Duration::from_secs(30)).await;
     app.shutdown().await;
     let runs: Vec<_> = record.runs().into_iter().filter(|r| r.0 == "x").collect();
@@ -129,11 +168,7 @@ fn keyed(text: &str) -> Message {
 
 /// x1: `retry_after(60 s)` on its first run (held on its by_key lane).
 fn x1_held(text: &str, count: u32) -> HandlerOutcome {
-    if text == "x1" && count == 0 {
-        HandlerOutcome::retry_after(Duration::from_secs(60))
-    } else {
-        HandlerOutcome::ack()
-    }
+    first_run_retries_after("x1", Duration::from_secs(60), text, count)
 }
 
 /// A `by_key` lane holds x1 (retry_after 60 s) and queues x2 behind it.
@@ -155,31 +190,21 @@ async fn control_without_a_failed_ack_the_hand_back_is_made() {
 
 async fn held_hand_back(ack_fails: bool) {
     let s = "counts-held-hand-back";
-    let (inner, record, t0) = (
-        MemoryBroker::new(),
-        Record::default(),
-        tokio::time::Instant::now(),
-    );
+    let (inner, record, t0) = fresh();
     let sub = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
         .workers(1)
         .prefetch(8)
         .by_key();
     let (faults, app) = start(&inner, "A", sub, |_| Duration::ZERO, x1_held, &record, t0).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    refreshes_fail(&faults, ack_fails);
+    faults.outage(refreshes_fail(ack_fails), OUTAGE);
     inner.publish(s, keyed("x1")).await.unwrap();
     inner.publish(s, Message::new(b"a".to_vec())).await.unwrap();
     inner.publish(s, keyed("x2")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let before = inner
-        .pending(s, "g", EntryId::ZERO, 100, None)
-        .await
-        .unwrap();
+    let before = pending(&inner, s).await;
     app.shutdown().await;
-    let after = inner
-        .pending(s, "g", EntryId::ZERO, 100, None)
-        .await
-        .unwrap();
+    let after = pending(&inner, s).await;
     let still_claimed: Vec<_> = after
         .iter()
         .filter(|p| p.consumer.is_some())
@@ -205,11 +230,7 @@ async fn held_hand_back(ack_fails: bool) {
 #[tokio::test(start_paused = true)]
 async fn key_order_holds_for_the_next_consumer_after_an_own_take_back() {
     let s = "counts-held-order";
-    let (inner, record, t0) = (
-        MemoryBroker::new(),
-        Record::default(),
-        tokio::time::Instant::now(),
-    );
+    let (inner, record, t0) = fresh();
     let sub = || {
         Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
             .workers(1)
@@ -218,10 +239,7 @@ async fn key_order_holds_for_the_next_consumer_after_an_own_take_back() {
     };
     let (faults, app) = start(&inner, "A", sub(), |_| Duration::ZERO, x1_held, &record, t0).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    faults.outage(
-        &[CallKind::Ack, CallKind::ExtendClaim],
-        Duration::from_secs(2),
-    );
+    faults.outage(refreshes_fail(true), OUTAGE);
     inner.publish(s, keyed("x1")).await.unwrap();
     inner.publish(s, Message::new(b"a".to_vec())).await.unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -261,11 +279,7 @@ async fn key_order_holds_for_the_next_consumer_after_an_own_take_back() {
 async fn hung_claim_refreshes_do_not_hold_up_shutdown() {
     use ruststream_testkit::faults::Fault;
     let s = "counts-hung-refresh";
-    let (inner, record, t0) = (
-        MemoryBroker::new(),
-        Record::default(),
-        tokio::time::Instant::now(),
-    );
+    let (inner, record, t0) = fresh();
     let sub = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g")).workers(2);
     let (faults, app) = start(
         &inner,
@@ -291,10 +305,7 @@ async fn hung_claim_refreshes_do_not_hold_up_shutdown() {
     app.shutdown().await;
     let took = asked.elapsed();
     assert!(took < Duration::from_secs(60), "shutdown took {took:?}");
-    let after = inner
-        .pending(s, "g", EntryId::ZERO, 100, None)
-        .await
-        .unwrap();
+    let after = pending(&inner, s).await;
     assert!(
         after.is_empty(),
         "left pending: {after:?}; runs {:?}",
@@ -320,34 +331,9 @@ async fn own_take_backs_leave_no_in_flight_drift() {
     .enumerate()
     {
         let s: &'static str = Box::leak(format!("counts-drift-{i}").into_boxed_str());
-        let inner = MemoryBroker::new();
-        let record = Record::default();
-        let t0 = tokio::time::Instant::now();
-        let sub = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
-            .workers(2)
-            .prefetch(8);
-        let takes = |text: &str| {
-            if text == "x" {
-                Duration::from_secs(5)
-            } else {
-                Duration::ZERO
-            }
-        };
-        let (faults, app) = start(&inner, "A", sub, takes, x_retries_after_10s, &record, t0).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        faults.outage(&kinds, Duration::from_secs(2));
-        inner
-            .publish_batch(
-                s,
-                vec![Message::new(b"a".to_vec()), Message::new(b"x".to_vec())],
-            )
-            .await
-            .unwrap();
+        let (inner, record, app) = x_retried_through_an_outage(s, &kinds).await;
         tokio::time::sleep(Duration::from_secs(40)).await;
-        let pending = inner
-            .pending(s, "g", EntryId::ZERO, 100, None)
-            .await
-            .unwrap();
+        let pending = pending(&inner, s).await;
         let in_flight = app.in_flight();
         app.shutdown().await;
         assert!(pending.is_empty(), "case {i}: pending {pending:?}");
