@@ -37,6 +37,26 @@ async fn start_app(
     recorder.start_on(broker, subscription).await
 }
 
+/// Starts an app on `inner` itself (no faults) whose runs take no time.
+async fn start_instant(
+    inner: &MemoryBroker,
+    subscription: Subscription,
+    outcome: fn(&str, u32) -> HandlerOutcome,
+    record: &Record,
+    t0: tokio::time::Instant,
+) -> Running {
+    let broker = Arc::new(inner.clone());
+    start_app(
+        broker,
+        subscription,
+        |_| Duration::ZERO,
+        outcome,
+        record,
+        t0,
+    )
+    .await
+}
+
 /// The next instance (same consumer name): it acks every entry, each run
 /// taking 10 ms.
 async fn successor(
@@ -68,6 +88,11 @@ fn keyed_c0(s: &str, n: usize) -> Subscription {
         .by_key()
 }
 
+/// Consumer `c0` of group `g` on `s`, a claiming read (`min_idle`).
+fn claiming_c0(s: &str, min_idle: Duration) -> Subscription {
+    Subscription::new(Stream::claiming(s, min_idle).group("g").consumer("c0"))
+}
+
 /// Fails unless group `g` of `s` has nothing pending.
 async fn nothing_pending(inner: &MemoryBroker, s: &str) {
     let info = inner.group_info(s, "g").await.unwrap();
@@ -80,6 +105,12 @@ fn msg(text: &str) -> Message {
 
 fn keyed(text: &str, key: &str) -> Message {
     Message::new(text.as_bytes().to_vec()).with_header(PARTITION_KEY_HEADER, key)
+}
+
+/// Entry `n` of four keys taken in turn: `k{n % 4}-{n}`, key `k{n % 4}`.
+fn round_robin(n: u32) -> Message {
+    let key = format!("k{}", n % 4);
+    keyed(&format!("{key}-{n}"), &key)
 }
 
 /// Per key, the order of the first runs of each entry (by its number).
@@ -104,24 +135,15 @@ fn check_key_order(runs: &[Run]) -> Result<(), String> {
 #[tokio::test(start_paused = true)]
 async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
     let s = "restart-paging";
-    let inner = MemoryBroker::new();
-    inner
-        .ensure_group(s, "g", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let (inner, record, _) = fresh(s).await;
     for n in 0..40u32 {
-        let key = format!("k{}", n % 4);
-        inner
-            .publish(s, keyed(&format!("{key}-{n}"), &key))
-            .await
-            .unwrap();
+        inner.publish(s, round_robin(n)).await.unwrap();
     }
     inner
         .read(ReadRequest::new(s, "g", "c0", ReadMode::New, 40))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let record = Record::default();
     let t0 = tokio::time::Instant::now();
     let subscription = keyed_c0(s, 2).prefetch(8);
     let app = start_app(
@@ -134,11 +156,7 @@ async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
     )
     .await;
     for n in 40..80u32 {
-        let key = format!("k{}", n % 4);
-        inner
-            .publish(s, keyed(&format!("{key}-{n}"), &key))
-            .await
-            .unwrap();
+        inner.publish(s, round_robin(n)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(3)).await;
     }
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -224,27 +242,11 @@ async fn a_retry_after_is_not_run_early_after_a_graceful_restart() {
             HandlerOutcome::ack()
         }
     };
-    let first = start_app(
-        Arc::new(inner.clone()),
-        subscription(),
-        |_| Duration::ZERO,
-        outcome,
-        &record,
-        t0,
-    )
-    .await;
+    let first = start_instant(&inner, subscription(), outcome, &record, t0).await;
     inner.publish(s, keyed("k-0", "k")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     first.shutdown().await;
-    let second = start_app(
-        Arc::new(inner.clone()),
-        subscription(),
-        |_| Duration::ZERO,
-        outcome,
-        &record,
-        t0,
-    )
-    .await;
+    let second = start_instant(&inner, subscription(), outcome, &record, t0).await;
     tokio::time::sleep(Duration::from_secs(120)).await;
     second.shutdown().await;
     let runs = record.runs();
@@ -331,13 +333,7 @@ async fn a_held_entrys_hand_back_made_again_leaves_it_to_its_new_holder() {
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 5));
     // Claiming, so that the last look at shutdown (a `new` subscription's,
     // which hands back everything under the name) plays no part.
-    let subscription = Subscription::new(
-        Stream::claiming(s, Duration::from_secs(600))
-            .group("g")
-            .consumer("c0"),
-    )
-    .workers(1)
-    .by_key();
+    let subscription = claiming_c0(s, Duration::from_secs(600)).workers(1).by_key();
     let outcome = |_: &str, _: u32| HandlerOutcome::retry_after(Duration::from_secs(60));
     let first = start_app(
         faults.clone(),
@@ -416,26 +412,12 @@ async fn a_claiming_retry_made_right_at_start_is_not_handed_back_by_the_twin_loo
     let predecessor = ReadRequest::new(s, "g", "c0", ReadMode::New, 1);
     inner.read(predecessor).await.unwrap();
     inner.publish(s, msg("x")).await.unwrap();
-    let subscription = Subscription::new(
-        Stream::claiming(s, Duration::from_secs(60))
-            .group("g")
-            .consumer("c0"),
-    )
-    .workers(1);
+    let subscription = claiming_c0(s, Duration::from_secs(60)).workers(1);
     let outcome = |text: &str, count: u32| match (text, count) {
         ("x" | "y", 0) => HandlerOutcome::retry(),
         _ => HandlerOutcome::ack(),
     };
-    let broker = Arc::new(inner.clone());
-    let app = start_app(
-        broker,
-        subscription,
-        |_| Duration::ZERO,
-        outcome,
-        &record,
-        t0,
-    )
-    .await;
+    let app = start_instant(&inner, subscription, outcome, &record, t0).await;
     tokio::time::sleep(Duration::from_millis(1)).await;
     inner.publish(s, msg("y")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(100)).await;
@@ -482,21 +464,8 @@ async fn a_claiming_subscription_keeps_seeing_a_live_twin() {
             }
         })
     };
-    let subscription = Subscription::new(
-        Stream::claiming(s, Duration::from_secs(60))
-            .group("g")
-            .consumer("c0"),
-    );
-    let ack = |_: &str, _: u32| HandlerOutcome::ack();
-    let app = start_app(
-        Arc::new(inner.clone()),
-        subscription,
-        |_| Duration::ZERO,
-        ack,
-        &record,
-        t0,
-    )
-    .await;
+    let subscription = claiming_c0(s, Duration::from_secs(60));
+    let app = start_instant(&inner, subscription, ack, &record, t0).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let early = app.stats().await[0].consumer_name_shared;
     tokio::time::sleep(Duration::from_secs(50)).await;
