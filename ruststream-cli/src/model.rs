@@ -237,6 +237,11 @@ pub struct WriteResult {
     pub selected: Vec<String>,
     /// How many changed.
     pub changed: u64,
+    /// Ids named on the command line that were not dead letters of the
+    /// group (already changed, or never one), left alone and not in
+    /// `selected`. The admin endpoint does not send it.
+    #[serde(default)]
+    pub skipped: Vec<String>,
 }
 
 /// What a prune did (`POST .../consumers/prune`).

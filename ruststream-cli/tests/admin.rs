@@ -116,7 +116,7 @@ async fn a_dead_letter_is_listed_redriven_handled_and_gone() {
         .json();
     assert_eq!(
         dry,
-        json!({ "dry_run": true, "selected": [id], "changed": 0 })
+        json!({ "dry_run": true, "selected": [id], "changed": 0, "skipped": [] })
     );
     state.open.store(true, Ordering::SeqCst);
     let redrive = [
@@ -339,6 +339,84 @@ async fn a_redrive_failing_part_way_says_how_many_were_redriven() {
     assert_eq!(info.dead_letters, 1_500, "{info:?}");
     let again = json_in(&a, "redrive bulk dead --all --yes").await;
     assert_eq!(again["changed"], 1_500, "{again}");
+    assert_eq!(
+        faulty.group_info(stream, group).await.unwrap().dead_letters,
+        0
+    );
+    app.shutdown().await;
+}
+
+/// A redrive naming 1,500 dead letters by id whose second request fails:
+/// running the same command again skips the 1,000 already redriven
+/// (listing them as `skipped`) and redrives the other 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_by_ids_run_again_after_failing_part_way_redrives_the_rest() {
+    use ruststream_testkit::{CallKind, Fault, FaultyBroker};
+    use std::sync::Arc;
+
+    let faulty = Arc::new(FaultyBroker::new(Arc::new(MemoryBroker::new()), 1));
+    let (stream, group) = ("bulk", "dead");
+    faulty
+        .ensure_group(stream, group, StreamStart::Beginning)
+        .await
+        .unwrap();
+    for n in 0..1_500u32 {
+        let message = ruststream::Message::new(n.to_string().into_bytes());
+        faulty.publish(stream, message).await.unwrap();
+    }
+    let mut ids = Vec::new();
+    loop {
+        let batch = read_new(&*faulty, (stream, group, "c"), 1_000).await;
+        if batch.is_empty() {
+            break;
+        }
+        ids.extend(batch.deliveries.iter().map(|d| d.id()));
+    }
+    let dead = faulty.dead_letter(stream, group, &ids, "failed").await;
+    assert_eq!(dead.unwrap(), 1_500);
+    // The second request's redrive fails before it reaches the broker.
+    faulty.script(CallKind::Redrive, 2, Fault::Before);
+    let (gate, _state) = Gate::new("orders", "billing");
+    let app = RustStream::new(AppInfo::new("cli-admin-rerun", "0")).with_shared_broker(
+        faulty.clone(),
+        |b| {
+            b.include(gate);
+        },
+    );
+    let (app, url) = serve_admin(app, Some("t")).await.unwrap();
+
+    let texts: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    let mut command = vec![
+        "--admin",
+        url.as_str(),
+        "--token",
+        "t",
+        "--format",
+        "json",
+        "redrive",
+        stream,
+        group,
+        "--yes",
+    ];
+    command.extend(texts.iter().map(String::as_str));
+    cli(&command).await.fails(
+        1,
+        &["1000 dead letters redriven of the first 1000 of 1500 selected"],
+    );
+    let info = faulty.group_info(stream, group).await.unwrap();
+    assert_eq!(info.dead_letters, 500, "{info:?}");
+
+    let again = cli(&command).await.ok().json();
+    assert_eq!(
+        (
+            again["changed"].as_u64(),
+            again["selected"].as_array().map(Vec::len),
+            again["skipped"].as_array().map(Vec::len),
+        ),
+        (Some(500), Some(500), Some(1_000)),
+        "{again}"
+    );
+    assert_eq!(again["skipped"][0].as_str(), Some(texts[0].as_str()));
     assert_eq!(
         faulty.group_info(stream, group).await.unwrap().dead_letters,
         0

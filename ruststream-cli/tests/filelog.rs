@@ -264,7 +264,7 @@ async fn changes_on_a_file_log_nobody_holds() {
     .await;
     assert_eq!(
         dry,
-        serde_json::json!({ "dry_run": true, "selected": [poison2.to_string()], "changed": 0 })
+        serde_json::json!({ "dry_run": true, "selected": [poison2.to_string()], "changed": 0, "skipped": [] })
     );
     let done = cli_in(&["--dir", d], "discard jobs g --reason-contains timeout")
         .await
@@ -275,11 +275,20 @@ async fn changes_on_a_file_log_nobody_holds() {
     let done = json_in(&["--dir", d], &format!("redrive jobs g {id}")).await;
     assert_eq!(
         done,
-        serde_json::json!({ "dry_run": false, "selected": [id], "changed": 1 })
+        serde_json::json!({ "dry_run": false, "selected": [id], "changed": 1, "skipped": [] })
     );
-    cli(&["--dir", d, "redrive", "jobs", "g", &id])
+    // Again: the id is no longer a dead letter, and is skipped, saying so.
+    let again = stdout_of(&["--dir", d], &["redrive", "jobs", "g", &id]).await;
+    assert_eq!(
+        again,
+        format!(
+            "no dead letters selected: 0 redriven\nskipped 1 id(s) that are not dead \
+             letters of the group (already changed, or never one):\n  {id}\n"
+        )
+    );
+    cli(&["--dir", d, "redrive", "jobs", "nogroup", &id])
         .await
-        .fails(3, &[&format!("no dead letter {id}")]);
+        .fails(3, &["\"nogroup\""]);
     let b = reopen(&dir);
     let info = b.group_info("jobs", "g").await.unwrap();
     assert_eq!((info.dead_letters, info.pending), (0, 3));

@@ -54,8 +54,9 @@ pub(super) async fn run(
         Access::Write
     };
     let conn = target.connect(access)?;
-    let ids = select(&conn, &args).await?;
+    let Selected { ids, skipped } = select(&conn, &args).await?;
     let selected: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    let skipped: Vec<String> = skipped.iter().map(ToString::to_string).collect();
     if args.dry_run || ids.is_empty() {
         return report(
             format,
@@ -64,6 +65,7 @@ pub(super) async fn run(
                 dry_run: args.dry_run,
                 selected,
                 changed: 0,
+                skipped,
             },
         );
     }
@@ -99,22 +101,42 @@ pub(super) async fn run(
             dry_run: false,
             selected,
             changed,
+            skipped,
         },
     )
 }
 
-/// The ids the selection names, each checked to be a dead letter of the
-/// group (an id that is not one stops the command before any change).
-async fn select(conn: &Conn, args: &Selection) -> CliResult<Vec<EntryId>> {
+/// What a selection holds: the dead letters to change, and the ids named
+/// on the command line that are not dead letters of the group.
+struct Selected {
+    /// The dead letters, in id order.
+    ids: Vec<EntryId>,
+    /// The named ids that are not dead letters (already changed by an
+    /// earlier run, or never one), in id order; left alone.
+    skipped: Vec<EntryId>,
+}
+
+/// The dead letters the selection names. Ids named on the command line are
+/// each checked to be a dead letter of the group; those that are not are
+/// skipped (so that running a command again after it failed part-way
+/// changes the rest). The group must exist.
+async fn select(conn: &Conn, args: &Selection) -> CliResult<Selected> {
     let (stream, group) = (&args.stream, &args.group);
-    if !args.ids.is_empty() {
-        let ids: BTreeSet<EntryId> = args.ids.iter().copied().collect();
-        for &id in &ids {
-            conn.dead_letter(stream, group, id).await?;
-        }
-        return Ok(ids.into_iter().collect());
-    }
     let mut ids = Vec::new();
+    let mut skipped = Vec::new();
+    if !args.ids.is_empty() {
+        // An unknown stream or group is an error, not a skip of every id.
+        conn.group(stream, group).await?;
+        let named: BTreeSet<EntryId> = args.ids.iter().copied().collect();
+        for id in named {
+            match conn.dead_letter(stream, group, id).await {
+                Ok(_) => ids.push(id),
+                Err(CliError::NotFound(_)) => skipped.push(id),
+                Err(error) => return Err(error),
+            }
+        }
+        return Ok(Selected { ids, skipped });
+    }
     let contains = args.reason_contains.as_deref();
     each_dead_letter(conn, stream, group, |letter| {
         if contains.is_none_or(|text| letter.reason.contains(text)) {
@@ -123,7 +145,7 @@ async fn select(conn: &Conn, args: &Selection) -> CliResult<Vec<EntryId>> {
         true
     })
     .await?;
-    Ok(ids)
+    Ok(Selected { ids, skipped })
 }
 
 /// Asks on the terminal; refuses when stdin is not one.
@@ -171,7 +193,7 @@ fn report(format: Format, change: Change, result: &WriteResult) -> CliResult<()>
         Format::Json => output::emit_json(result),
         Format::Table => {
             let selected = result.selected.len();
-            let text = if result.dry_run {
+            let mut text = if result.dry_run {
                 let mut text = format!(
                     "dry run: would {} {selected} dead letter(s); nothing changed\n",
                     change.verb()
@@ -189,6 +211,16 @@ fn report(format: Format, change: Change, result: &WriteResult) -> CliResult<()>
                     result.changed
                 )
             };
+            if !result.skipped.is_empty() {
+                text.push_str(&format!(
+                    "skipped {} id(s) that are not dead letters of the group \
+                     (already changed, or never one):\n",
+                    result.skipped.len()
+                ));
+                for id in &result.skipped {
+                    text.push_str(&format!("  {id}\n"));
+                }
+            }
             output::emit(&text)
         }
     }
