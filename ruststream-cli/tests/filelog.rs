@@ -367,3 +367,36 @@ async fn changes_on_a_file_log_nobody_holds() {
         format!("{first}  [a=b ruststream-partition-key=acct-1]  hello\n")
     );
 }
+
+/// `publish --file` of 1,000 small lines then one over the file log's
+/// 64 MB entry limit: the first batch (1,000 messages) is published, the
+/// second refused, and the error says what was published (as through
+/// `--admin`), so that running the command again does not publish the
+/// 1,000 twice unknowingly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_failing_after_its_first_batch_says_what_was_published() {
+    let dir = TempDir::new("publish-part-way");
+    drop(FileLogBroker::open(&dir.0).unwrap());
+    let file = dir.0.join("lines.txt");
+    let mut text: String = (0..1_000).map(|n| format!("line-{n}\n")).collect();
+    text.push_str(&"x".repeat(65 << 20));
+    text.push('\n');
+    std::fs::write(&file, text).unwrap();
+    let d = dir.arg();
+    let f = file.display().to_string();
+    let out = cli(&["--dir", d.as_str(), "publish", "feed", "--file", f.as_str()]).await;
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    let info = b.stream_info("feed").await.unwrap().unwrap();
+    assert_eq!(info.length, 1_000, "the first batch was published");
+    let first = info.first_id.unwrap().to_string();
+    let last = info.last_id.to_string();
+    out.fails(
+        2,
+        &[
+            "1000 of 1001 messages published (",
+            &first,
+            &last,
+            "then message 1001: ",
+        ],
+    );
+}

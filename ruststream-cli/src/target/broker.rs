@@ -4,7 +4,7 @@
 
 use ruststream::{Broker, EntryId, Message};
 
-use super::{Outgoing, Pruning};
+use super::{Outgoing, Pruning, published_part_way};
 use crate::error::{CliError, CliResult};
 use crate::model::{ConsumerSummary, GroupSummary, PruneResult, StreamSummary};
 
@@ -42,13 +42,15 @@ pub(super) async fn group(
     Ok(GroupSummary::new(info, consumers))
 }
 
-/// Publishes in batches, in order.
+/// Publishes in batches, in order; a batch that fails after others were
+/// published says what was ([`published_part_way`]).
 pub(super) async fn publish(
     broker: &dyn Broker,
     stream: &str,
     messages: Vec<Outgoing>,
 ) -> CliResult<Vec<EntryId>> {
-    let mut ids = Vec::with_capacity(messages.len());
+    let total = messages.len();
+    let mut ids = Vec::with_capacity(total);
     let mut messages = messages.into_iter().peekable();
     while messages.peek().is_some() {
         let batch: Vec<Message> = messages
@@ -62,7 +64,13 @@ pub(super) async fn publish(
                     })
             })
             .collect();
-        ids.extend(broker.publish_batch(stream, batch).await?);
+        let failed = ids.len()..ids.len() + batch.len();
+        match broker.publish_batch(stream, batch).await {
+            Ok(published) => ids.extend(published),
+            Err(error) => {
+                return Err(published_part_way(error.into(), &ids, total, failed));
+            }
+        }
     }
     Ok(ids)
 }

@@ -300,24 +300,16 @@ impl Conn {
         match self {
             Conn::Broker { broker, .. } => broker::publish(&**broker, stream, messages).await,
             Conn::Admin(admin) => {
-                // One request per message: a failure part-way says what
-                // was published already, so that running the command again
-                // does not publish it twice unknowingly.
+                // One request per message, so that a failure part-way
+                // names what was published.
                 let total = messages.len();
                 let mut ids: Vec<EntryId> = Vec::with_capacity(total);
                 for message in messages {
                     match admin.publish(stream, message).await {
                         Ok(id) => ids.push(id),
-                        Err(error) if ids.is_empty() => return Err(error),
                         Err(error) => {
-                            let published: Vec<String> =
-                                ids.iter().map(ToString::to_string).collect();
-                            return Err(error.after(&format!(
-                                "{} of {total} messages published ({}), then message {}: ",
-                                ids.len(),
-                                published.join(", "),
-                                ids.len() + 1
-                            )));
+                            let failed = ids.len()..ids.len() + 1;
+                            return Err(published_part_way(error, &ids, total, failed));
                         }
                     }
                 }
@@ -365,4 +357,31 @@ impl Conn {
         }
         Ok(())
     }
+}
+
+/// The error of a publish of `total` messages that failed at the messages
+/// `failed` (0-based) after `ids` were published: when some were, the
+/// message says how many and their ids, so that running the command again
+/// does not publish them twice unknowingly. The error keeps its kind (and
+/// exit code).
+fn published_part_way(
+    error: CliError,
+    ids: &[EntryId],
+    total: usize,
+    failed: std::ops::Range<usize>,
+) -> CliError {
+    if ids.is_empty() {
+        return error;
+    }
+    let published: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    let which = if failed.len() == 1 {
+        format!("message {}", failed.start + 1)
+    } else {
+        format!("messages {} to {}", failed.start + 1, failed.end)
+    };
+    error.after(&format!(
+        "{} of {total} messages published ({}), then {which}: ",
+        ids.len(),
+        published.join(", ")
+    ))
 }
