@@ -165,11 +165,17 @@ pub fn timestamp(ms: u64) -> String {
     humantime::format_rfc3339_millis(at).to_string()
 }
 
-/// The first `max` characters of `text` on one line (control characters
-/// escaped), `…` when cut.
-pub fn cut(text: &str, max: usize) -> String {
+/// `text` on one line: line breaks and other control characters escaped
+/// (`\n`, `\u{1b}`), quotes left as they are.
+pub fn escaped(text: &str) -> String {
     let escaped: String = text.chars().flat_map(char::escape_debug).collect();
-    let escaped = escaped.replace("\\\"", "\"").replace("\\'", "'");
+    escaped.replace("\\\"", "\"").replace("\\'", "'")
+}
+
+/// The first `max` characters of `text` on one line ([`escaped`]), `…`
+/// when cut.
+pub fn cut(text: &str, max: usize) -> String {
+    let escaped = escaped(text);
     if escaped.chars().count() > max {
         let cut: String = escaped.chars().take(max.saturating_sub(1)).collect();
         format!("{cut}…")

@@ -400,3 +400,48 @@ async fn a_publish_failing_after_its_first_batch_says_what_was_published() {
         ],
     );
 }
+
+/// A header holding a line break is escaped onto its line, as payloads
+/// are: `tail` prints one line per entry, and `dead-letters show` one line
+/// per header, so that no header reads as another entry or field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_with_line_breaks_print_on_one_line() {
+    let dir = TempDir::new("header-lines");
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.ensure_group("jobs", "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    let forged = "first\n1796172361835-0  forged";
+    let one = Message::new("one").with_header("no\nte", forged);
+    b.publish("jobs", one).await.unwrap();
+    b.publish("jobs", Message::new("two")).await.unwrap();
+    let batch = read_new(&b, ("jobs", "g", "c"), 1).await;
+    let id = batch.deliveries[0].id();
+    b.dead_letter("jobs", "g", &[id], "bad").await.unwrap();
+    b.sync().await.unwrap();
+    let d = dir.arg();
+    let d = d.as_str();
+    let escaped = "no\\nte=first\\n1796172361835-0  forged";
+
+    let table = stdout_of(
+        &["--dir", d],
+        &["tail", "jobs", "--from", "0", "--no-follow"],
+    )
+    .await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "two entries, two lines:\n{table}");
+    assert_eq!(lines[0], format!("{id}  [{escaped}]  one"), "{table}");
+
+    let id = id.to_string();
+    let shown = stdout_of(&["--dir", d], &["dead-letters", "show", "jobs", "g", &id]).await;
+    let headers = shown
+        .split_once("headers\n")
+        .and_then(|(_, rest)| rest.split_once("payload\n"))
+        .map(|(headers, _)| headers);
+    assert_eq!(
+        headers,
+        Some("  no\\nte: first\\n1796172361835-0  forged\n"),
+        "{shown}"
+    );
+    drop(b);
+}

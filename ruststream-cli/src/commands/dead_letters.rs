@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::cli::{DeadLetterShow, DeadLettersList};
 use crate::error::{CliError, CliResult};
 use crate::model::DeadLetterRow;
-use crate::output::{self, Format, age, cut, fields, preview, timestamp, whole};
+use crate::output::{self, Format, age, cut, escaped, fields, preview, timestamp, whole};
 use crate::target::{Access, Conn, Page, Target};
 
 /// Dead letters asked for per call while paging.
@@ -127,7 +127,7 @@ pub(super) async fn show(target: &Target, format: Format, args: DeadLetterShow) 
                 out.push_str("  (none)\n");
             }
             for (name, value) in &letter.entry.headers {
-                out.push_str(&format!("  {name}: {value}\n"));
+                out.push_str(&format!("  {}: {}\n", escaped(name), escaped(value)));
             }
             out.push_str("payload\n");
             out.push_str(&whole(&letter.entry.payload));
