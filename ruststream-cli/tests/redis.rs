@@ -266,3 +266,44 @@ async fn a_redrive_round_trip_on_redis() {
     app.shutdown().await;
     drop(keys);
 }
+
+/// `streams` on a server that also holds a stream key whose name is not
+/// UTF-8 (another application's): that key is left out, the others are
+/// listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_lists_the_others_when_one_key_name_is_not_utf8() {
+    let Some(keys) = Keys::new(
+        "streams_lists_the_others_when_one_key_name_is_not_utf8",
+        &["good", "bad"],
+    ) else {
+        return;
+    };
+    let good = keys.streams[0].as_str();
+    let mut bad = keys.streams[1].clone().into_bytes();
+    bad.push(0xff);
+    let mut conn = redis::Client::open(keys.url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for key in [good.as_bytes(), &bad[..]] {
+        let _: String = redis::cmd("XADD")
+            .arg(key)
+            .arg("*")
+            .arg("payload")
+            .arg("x")
+            .query(&mut conn)
+            .unwrap();
+    }
+
+    let out = cli_of(&keys.target(), &["--format", "json", "streams"]).await;
+    // Keys deletes the names it made; the raw key is deleted here.
+    let _: i64 = redis::cmd("DEL").arg(&bad[..]).query(&mut conn).unwrap();
+    let streams = out.ok().json();
+    let names: Vec<&str> = streams
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["stream"].as_str())
+        .collect();
+    assert!(names.contains(&good), "{names:?}");
+}

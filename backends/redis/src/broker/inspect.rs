@@ -209,7 +209,8 @@ pub(super) async fn range(
 
 /// Every key of type stream, by `SCAN ... TYPE stream` (on a cluster, on
 /// every master), but ruststream's own side keys (their names hold braces,
-/// which stream names never do).
+/// which stream names never do) and keys whose names are not UTF-8 (another
+/// application's: a stream name is text), each logged at debug level.
 pub(super) async fn streams(broker: &RedisBroker) -> BrokerResult<Vec<String>> {
     let scope = broker.scope("*", None);
     let mut conn = broker.conn().await?;
@@ -224,11 +225,20 @@ pub(super) async fn streams(broker: &RedisBroker) -> BrokerResult<Vec<String>> {
                 .arg("stream")
                 .arg("COUNT")
                 .arg(1000);
-            let (next, keys): (u64, Vec<String>) = conn
+            let (next, keys): (u64, Vec<Vec<u8>>) = conn
                 .query_on(holder, &scan)
                 .await
                 .map_err(|e| scope.error(&e))?;
-            names.extend(keys.into_iter().filter(|k| !k.contains('{')));
+            for key in keys {
+                match String::from_utf8(key) {
+                    Ok(name) if !name.contains('{') => names.push(name),
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(
+                        key = %String::from_utf8_lossy(e.as_bytes()),
+                        "skipping a stream key whose name is not UTF-8: not a ruststream stream"
+                    ),
+                }
+            }
             if next == 0 {
                 break;
             }
