@@ -445,3 +445,72 @@ async fn headers_with_line_breaks_print_on_one_line() {
     );
     drop(b);
 }
+
+/// Every file under `dir` but the `LOCK` file (which opening takes): its
+/// path, bytes and modification time, in path order.
+fn files_but_the_lock(dir: &std::path::Path) -> Vec<(String, Vec<u8>, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let meta = e.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if e.file_name() != "LOCK" {
+                let path = e.path().display().to_string();
+                out.push((
+                    path,
+                    std::fs::read(e.path()).unwrap(),
+                    meta.modified().unwrap(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The read commands and the dry runs write no file of the log, whether a
+/// service holds the directory (it is opened read-only) or nobody does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_and_dry_runs_change_no_file() {
+    let dir = TempDir::new("reads-write-nothing");
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.ensure_group("jobs", "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    for n in 0..5 {
+        b.publish("jobs", Message::new(format!("m{n}")))
+            .await
+            .unwrap();
+    }
+    let batch = read_new(&b, ("jobs", "g", "c"), 3).await;
+    let ids: Vec<_> = batch.deliveries.iter().map(|d| d.id()).collect();
+    b.dead_letter("jobs", "g", &ids[..2], "bad").await.unwrap();
+    b.sync().await.unwrap();
+    let d = dir.arg();
+    let commands = [
+        "streams",
+        "describe jobs g",
+        "pending jobs g",
+        "dead-letters jobs g",
+        "tail jobs --from 0 --no-follow",
+        "redrive jobs g --all --dry-run",
+        "discard jobs g --all --dry-run",
+        "consumers prune jobs g --idle 0s --dry-run",
+    ];
+    let mut held = Some(b);
+    for holder in ["held", "not held"] {
+        let before = files_but_the_lock(&dir.0);
+        for command in commands {
+            let out = cli_in(&["--dir", d.as_str()], command).await;
+            assert_eq!(out.code, 0, "{holder}, {command}: {out:?}");
+        }
+        assert!(
+            files_but_the_lock(&dir.0) == before,
+            "{holder}: a file changed"
+        );
+        drop(held.take());
+    }
+}

@@ -307,3 +307,35 @@ async fn streams_lists_the_others_when_one_key_name_is_not_utf8() {
         .collect();
     assert!(names.contains(&good), "{names:?}");
 }
+
+/// A prune deletes a consumer that holds nothing, and leaves the entries
+/// owed again (a delayed retry, held by nobody) where they are: still
+/// pending, and a redrive adds the dead letter to them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_leaves_owed_entries_pending() {
+    let Some(keys) = Keys::new("prune_leaves_owed_entries_pending", &["owed"]) else {
+        return;
+    };
+    let (r, s) = (keys.target(), keys.streams[0].as_str());
+    let b = RedisBroker::standalone(keys.url.clone());
+    b.ensure_group(s, "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b.publish(s, Message::new("a")).await.unwrap();
+    b.publish(s, Message::new("b")).await.unwrap();
+    let batch = read_new(&b, (s, "g", "c"), 2).await;
+    let ids: Vec<_> = batch.deliveries.iter().map(|d| d.id()).collect();
+    b.retry(s, "g", &ids[..1], Retry::After(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    b.dead_letter(s, "g", &ids[1..], "x").await.unwrap();
+
+    let pruned = json_in(&r, &format!("consumers prune {s} g --idle 0s")).await;
+    assert_eq!(pruned["deleted"], json!(["c"]), "{pruned}");
+    let pending = json_in(&r, &format!("pending {s} g")).await;
+    assert_eq!(pending[0]["id"], ids[0].to_string(), "{pending}");
+    assert_eq!(pending.as_array().map(Vec::len), Some(1), "{pending}");
+    json_in(&r, &format!("redrive {s} g --all --yes")).await;
+    let pending = json_in(&r, &format!("pending {s} g")).await;
+    assert_eq!(pending.as_array().map(Vec::len), Some(2), "{pending}");
+}
