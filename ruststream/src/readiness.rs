@@ -189,21 +189,21 @@ impl Signals {
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let secs = |n: u64| Duration::from_nanos(n).as_secs_f64();
         let failing = self.failing_since.load(Ordering::Relaxed);
-        if failing > 0 {
-            let failing_for = now.saturating_sub(failing - 1);
-            if failing_for > nanos(options.read_failure_window) {
-                let error = self
-                    .last_error
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone()
-                    .unwrap_or_default();
-                out.push(format!(
-                    "subscriber `{subscriber}`: reads have failed for {:.0} s: {error}",
-                    secs(failing_for)
-                ));
-            }
+        let failing_for = (failing > 0).then(|| now.saturating_sub(failing - 1));
+        if let Some(failing_for) = failing_for.filter(|&f| f > nanos(options.read_failure_window)) {
+            let error = self
+                .last_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+                .unwrap_or_default();
+            out.push(format!(
+                "subscriber `{subscriber}`: reads have failed for {:.0} s: {error}",
+                secs(failing_for)
+            ));
         } else if !self.read_once.load(Ordering::Relaxed) {
+            // Whatever the failure state: failures within the window do
+            // not excuse a subscription that has never read.
             out.push(format!("subscriber `{subscriber}` has not read yet"));
         }
         let oldest = self.oldest_running.load(Ordering::Relaxed);

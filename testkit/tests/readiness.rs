@@ -145,3 +145,17 @@ async fn a_poison_loop_makes_the_app_not_ready_until_the_entry_is_settled() {
     let reason = "poison loop: 1 entry delivered more than 3 times";
     ready_then_not_then_ready(POISON, 25, (10, reason), 30).await;
 }
+
+/// Ready needs every subscription to have read successfully once: one
+/// whose reads have failed from the start is not ready even while its
+/// failures are shorter than the failure window.
+#[tokio::test(start_paused = true)]
+async fn a_subscription_that_never_read_is_not_ready_while_its_reads_fail() {
+    let faulty = Arc::new(FaultyBroker::new(Arc::new(MemoryBroker::new()), 1));
+    faulty.outage(&[CallKind::Read], Duration::from_secs(90));
+    let app = start(Arc::clone(&faulty) as Arc<dyn Broker>).await;
+    pass(Duration::from_secs(10)).await;
+    assert!(app.stats().await[0].delivered == 0);
+    assert_reason(&app, "has not read yet");
+    app.shutdown().await;
+}
