@@ -98,7 +98,8 @@ pub(crate) struct Signals {
     /// When the longest-running handler started, or `NONE_RUNNING`.
     oldest_running: AtomicU64,
     /// Entries past the poison bound: id to the time of their last
-    /// delivery.
+    /// delivery. An id leaves when its entry is acked, dead-lettered or
+    /// retried by copy.
     poison: Mutex<HashMap<EntryId, u64>>,
     poison_len: AtomicUsize,
 }
@@ -162,7 +163,9 @@ impl Signals {
         self.poison_len.store(poison.len(), Ordering::Relaxed);
     }
 
-    /// `ids` were acked or dead-lettered: no longer in a loop.
+    /// `ids` were acked, dead-lettered or retried by copy (the copy has a
+    /// new id, which enters the map when it is delivered past the bound):
+    /// no longer in a loop.
     #[inline]
     pub(crate) fn settled(&self, ids: &[EntryId]) {
         if self.poison_len.load(Ordering::Relaxed) == 0 {

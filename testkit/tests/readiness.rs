@@ -146,6 +146,43 @@ async fn a_poison_loop_makes_the_app_not_ready_until_the_entry_is_settled() {
     ready_then_not_then_ready(POISON, 25, (10, reason), 30).await;
 }
 
+/// Fails its first five deliveries, then acks: no backoff, so a `new`
+/// subscription retries each failure by copying the entry (a new id).
+#[subscriber(RedisStream::new("ready-copies").group("g"))]
+async fn copied(_job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
+    if ctx.delivery_count() < 5 {
+        return Err("not yet".to_owned());
+    }
+    Ok(())
+}
+
+/// A poison loop on a `new` subscription, retried by copy (a new id per
+/// retry), clears once the last copy is acked: the earlier copies' ids do
+/// not keep the app not ready.
+#[tokio::test(start_paused = true)]
+async fn a_poison_loop_retried_by_copy_clears_when_the_entry_is_acked() {
+    let broker = MemoryBroker::new();
+    let app = RustStream::new(AppInfo::new("ready-copies", "0"))
+        .readiness(OPTIONS)
+        .with_broker(broker.clone(), |b| {
+            b.include(copied);
+        })
+        .start()
+        .await
+        .unwrap();
+    let job = serde_json::to_vec(&serde_json::json!({ "slow": false, "poison": false })).unwrap();
+    broker
+        .publish("ready-copies", ruststream::Message::new(job))
+        .await
+        .unwrap();
+    pass(Duration::from_secs(5)).await;
+    let stats = app.stats().await;
+    // Acked after five failed deliveries: nothing is looping any more.
+    assert_eq!((stats[0].acked, stats[0].retried), (1, 5), "{stats:?}");
+    assert_ready(&app);
+    app.shutdown().await;
+}
+
 /// Ready needs every subscription to have read successfully once: one
 /// whose reads have failed from the start is not ready even while its
 /// failures are shorter than the failure window.

@@ -409,6 +409,10 @@ impl SettleBatch {
             .await
             {
                 counters.settled_as(Outcome::Retry, ids.len() as u64);
+                // The copy has a new id: the old one is no longer looping
+                // (the copy enters the poison map when it is delivered past
+                // the bound, and leaves it when acked or dead-lettered).
+                counters.signals.settled(ids);
             }
         }
         self.copies.clear();
