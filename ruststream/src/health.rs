@@ -5,8 +5,8 @@ use std::fmt;
 /// Whether a running app can do its work, as [`crate::Running::health`]
 /// reports it.
 ///
-/// An app is unhealthy while any of its brokers has stopped taking writes
-/// (a file log that could not make a write durable stops for good, see
+/// An app is unhealthy while any of its brokers (read from or only
+/// published to) has stopped taking writes (a file log that could not make a write durable stops for good, see
 /// `docs/guarantees.md`). Each problem names the broker and, where one is
 /// concerned, the subscriber.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -42,7 +42,8 @@ impl fmt::Display for Health {
 pub struct Problem {
     /// The broker concerned (`"filelog"`, `"redis"`, ...).
     pub broker: &'static str,
-    /// The subscribers reading from that broker.
+    /// The subscribers reading from that broker (none for a broker the app
+    /// only publishes to).
     pub subscribers: Vec<&'static str>,
     /// What is wrong.
     pub detail: String,

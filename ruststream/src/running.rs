@@ -77,8 +77,9 @@ impl Running {
 
     /// Whether the app can do its work: a problem for each subscription
     /// that stopped before shutdown (one of its tasks died; it says why),
-    /// and for each broker that has stopped taking writes
-    /// ([`Broker::failure`]), naming the subscribers that read from it.
+    /// and for each broker of the app that has stopped taking writes
+    /// ([`Broker::failure`]), whether subscriptions read from it or the app
+    /// only publishes to it, naming the subscribers that read from it.
     pub fn health(&self) -> Health {
         self.view.health()
     }
@@ -166,22 +167,24 @@ impl AppView {
                 });
             }
         }
+        // Every broker of the app, read from or only published to: one
+        // that has stopped taking writes is not live either way.
         let mut seen: Vec<*const ()> = Vec::new();
-        for s in &self.subscriptions {
-            let key = Arc::as_ptr(&s.broker).cast::<()>();
+        for broker in &self.brokers {
+            let key = Arc::as_ptr(broker).cast::<()>();
             if seen.contains(&key) {
                 continue;
             }
             seen.push(key);
-            if let Some(detail) = s.broker.failure() {
+            if let Some(detail) = broker.failure() {
                 let subscribers = self
                     .subscriptions
                     .iter()
-                    .filter(|o| Arc::ptr_eq(&o.broker, &s.broker))
+                    .filter(|o| Arc::ptr_eq(&o.broker, broker))
                     .map(|o| o.info.name)
                     .collect();
                 health.problems.push(Problem {
-                    broker: s.broker.name(),
+                    broker: broker.name(),
                     subscribers,
                     detail,
                 });

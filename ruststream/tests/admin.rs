@@ -466,3 +466,32 @@ async fn a_group_route_goes_to_the_broker_that_reads_the_group() {
     }
     app.shutdown().await;
 }
+
+/// Liveness checks every broker of the app: a file log the app only
+/// publishes to (no subscriber reads it) that has stopped taking writes
+/// makes `/health/live` answer 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_stopped_file_log_the_app_only_publishes_to_is_not_live() {
+    let dir = std::env::temp_dir().join(format!("ruststream-admin-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = FileLogBroker::open(&dir).unwrap();
+    let app = RustStream::new(AppInfo::new("admin-out", "0"))
+        .with_broker(MemoryBroker::new(), |b| {
+            b.include(jobs);
+        })
+        .with_broker(out.clone(), |_| {});
+    let (app, base) = serve(app, None).await;
+    until_ready(&base).await;
+    out.inject_fsync_failure();
+    let publisher = ruststream::Publisher::new(std::sync::Arc::new(out.clone()));
+    assert!(
+        publisher
+            .publish_raw("admin-out", ruststream::Message::new(b"{}".to_vec()))
+            .await
+            .is_err()
+    );
+    let (status, body) = get(&format!("{base}/health/live")).await;
+    app.shutdown_within(Duration::from_secs(1)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+}
