@@ -467,6 +467,32 @@ async fn a_group_route_goes_to_the_broker_that_reads_the_group() {
     app.shutdown().await;
 }
 
+#[subscriber(RedisStream::new("admin-elsewhere").group("g"))]
+async fn elsewhere(_job: &Job) {}
+
+/// A group route for a group no subscription reads (another service's,
+/// on a file log this one holds) goes to the broker a subscription reads
+/// that stream from, not to the app's first broker.
+#[tokio::test]
+async fn a_route_for_a_group_not_read_here_goes_to_the_broker_of_its_stream() {
+    let (first, second) = (MemoryBroker::new(), MemoryBroker::new());
+    second
+        .ensure_group("admin-two", "audit", StreamStart::Beginning)
+        .await
+        .unwrap();
+    let app = RustStream::new(AppInfo::new("admin-audit", "0"))
+        .with_broker(first, |b| {
+            b.include(elsewhere);
+        })
+        .with_broker(second, |b| {
+            b.include(on_second);
+        });
+    let (app, base) = serve(app, None).await;
+    let (status, body) = get(&format!("{base}/groups/admin-two/audit")).await;
+    app.shutdown().await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
 /// Liveness checks every broker of the app: a file log the app only
 /// publishes to (no subscriber reads it) that has stopped taking writes
 /// makes `/health/live` answer 503.

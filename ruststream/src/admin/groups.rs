@@ -48,8 +48,9 @@ struct Which {
 }
 
 impl AdminState {
-    /// The broker `which` names; by default the one a subscription reads
-    /// `stream` from (as `group`, for a group's routes), else the app's
+    /// The broker `index` names; by default the one a subscription reads
+    /// `stream` from (preferring one that reads it as `group`, for a
+    /// group's routes, then any group of the stream), else the app's
     /// first.
     fn broker(
         &self,
@@ -66,10 +67,17 @@ impl AdminState {
                 ))
             });
         }
-        let reading = self.view.subscriptions.iter().find(|s| {
-            s.subscription.stream.stream_name() == stream
-                && group.is_none_or(|group| s.subscription.stream.group_name() == Some(group))
-        });
+        let subscriptions = &self.view.subscriptions;
+        let of_stream = || {
+            subscriptions
+                .iter()
+                .filter(|s| s.subscription.stream.stream_name() == stream)
+        };
+        let reading = group
+            .and_then(|group| {
+                of_stream().find(|s| s.subscription.stream.group_name() == Some(group))
+            })
+            .or_else(|| of_stream().next());
         reading
             .map(|s| Arc::clone(&s.broker))
             .or_else(|| brokers.first().cloned())
