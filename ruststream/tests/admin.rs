@@ -493,6 +493,45 @@ async fn a_route_for_a_group_not_read_here_goes_to_the_broker_of_its_stream() {
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
+/// A dry run checks its selection against the group as the write does:
+/// by `ids` or by `all`, an unknown group is 404 (a typo does not pass the
+/// dry run), and on a known group ids that are not dead letters are
+/// listed as ignored, not selected.
+#[tokio::test]
+async fn a_dry_run_by_ids_on_an_unknown_group_is_not_found() {
+    let (_broker, app, base) = start("admin-dry-ids", Some(TOKEN)).await;
+    let client = reqwest::Client::new();
+    let mut got = Vec::new();
+    for (group, selection) in [
+        ("typo", serde_json::json!({ "all": true, "dry_run": true })),
+        (
+            "typo",
+            serde_json::json!({ "ids": ["1-0"], "dry_run": true }),
+        ),
+        ("g", serde_json::json!({ "ids": ["1-0"], "dry_run": true })),
+    ] {
+        let response = client
+            .post(format!("{base}/groups/admin-jobs/{group}/redrive"))
+            .bearer_auth(TOKEN)
+            .json(&selection)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        got.push((status, response.text().await.unwrap()));
+    }
+    app.shutdown().await;
+    assert_eq!(got[0].0, StatusCode::NOT_FOUND, "{got:?}");
+    assert_eq!(got[1].0, StatusCode::NOT_FOUND, "{got:?}");
+    assert_eq!(got[2].0, StatusCode::OK, "{got:?}");
+    let known: Value = serde_json::from_str(&got[2].1).unwrap();
+    assert_eq!(
+        (&known["selected"], &known["ignored"]),
+        (&serde_json::json!([]), &serde_json::json!(["1-0"])),
+        "{known}"
+    );
+}
+
 /// Liveness checks every broker of the app: a file log the app only
 /// publishes to (no subscriber reads it) that has stopped taking writes
 /// makes `/health/live` answer 503.

@@ -331,14 +331,27 @@ struct Selection {
     broker: Option<usize>,
 }
 
+/// A selection checked against the group's dead letters.
+#[derive(Debug, Default)]
+struct Resolved {
+    /// The dead letters selected, in id order.
+    selected: Vec<EntryId>,
+    /// Ids asked for by `ids` that are not dead letters of the group (not
+    /// on the stream, pending, acked, already redriven or discarded): left
+    /// alone, as the broker's write would ignore them.
+    ignored: Vec<EntryId>,
+}
+
 impl Selection {
-    /// The ids selected, checked against the group's dead letters.
+    /// The ids selected, checked against the group's dead letters, dry run
+    /// or not: an unknown stream or group is an error (404), and ids that
+    /// are not dead letters of the group are set aside as ignored.
     async fn resolve(
         &self,
         broker: &dyn Broker,
         stream: &str,
         group: &str,
-    ) -> Result<Vec<EntryId>, ApiError> {
+    ) -> Result<Resolved, ApiError> {
         let chosen = usize::from(self.ids.is_some())
             + usize::from(self.reason.is_some())
             + usize::from(self.all);
@@ -348,7 +361,11 @@ impl Selection {
             ));
         }
         if let Some(ids) = &self.ids {
-            return ids.iter().map(|id| parse_id(id, "ids")).collect();
+            let ids = ids
+                .iter()
+                .map(|id| parse_id(id, "ids"))
+                .collect::<Result<Vec<_>, _>>()?;
+            return by_ids(broker, stream, group, ids).await;
         }
         let mut out = Vec::new();
         let mut from = EntryId::ZERO;
@@ -367,8 +384,48 @@ impl Selection {
             }
             from = last.next();
         }
-        Ok(out)
+        Ok(Resolved {
+            selected: out,
+            ignored: Vec::new(),
+        })
     }
+}
+
+/// Splits `ids` into the group's dead letters and the rest, a page of
+/// dead letters at a time from the lowest id not yet looked up.
+async fn by_ids(
+    broker: &dyn Broker,
+    stream: &str,
+    group: &str,
+    mut ids: Vec<EntryId>,
+) -> Result<Resolved, ApiError> {
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() {
+        // Nothing to look up: still, an unknown stream or group is not found.
+        broker.group_info(stream, group).await?;
+    }
+    let mut out = Resolved::default();
+    let mut rest = &ids[..];
+    while let Some(&first) = rest.first() {
+        let page = broker.dead_letters(stream, group, first, PAGE).await?;
+        let found: Vec<EntryId> = page.iter().map(ruststream_core::DeadLetter::id).collect();
+        // The page answers for every id up to its last (all, if short).
+        let covered = match found.last() {
+            Some(&last) if found.len() >= PAGE => last,
+            _ => EntryId::MAX,
+        };
+        let n = rest.partition_point(|id| *id <= covered);
+        for &id in &rest[..n] {
+            if found.binary_search(&id).is_ok() {
+                out.selected.push(id);
+            } else {
+                out.ignored.push(id);
+            }
+        }
+        rest = &rest[n..];
+    }
+    Ok(out)
 }
 
 /// A write route's check: the token is configured and the request carries
@@ -466,11 +523,15 @@ async fn write(
     what: Write,
 ) -> Result<Json<Value>, ApiError> {
     let broker = state.broker(selection.broker, stream, Some(group))?;
-    let ids = selection.resolve(&*broker, stream, group).await?;
+    let Resolved {
+        selected: ids,
+        ignored,
+    } = selection.resolve(&*broker, stream, group).await?;
     let listed: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    let ignored: Vec<String> = ignored.iter().map(ToString::to_string).collect();
     if selection.dry_run {
         return Ok(Json(
-            json!({ "dry_run": true, "selected": listed, "changed": 0 }),
+            json!({ "dry_run": true, "selected": listed, "ignored": ignored, "changed": 0 }),
         ));
     }
     let mut changed = 0;
@@ -494,7 +555,7 @@ async fn write(
         "admin write"
     );
     Ok(Json(
-        json!({ "dry_run": false, "selected": listed, "changed": changed }),
+        json!({ "dry_run": false, "selected": listed, "ignored": ignored, "changed": changed }),
     ))
 }
 
