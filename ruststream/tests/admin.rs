@@ -532,6 +532,23 @@ async fn a_dry_run_by_ids_on_an_unknown_group_is_not_found() {
     );
 }
 
+/// The auth scheme is case-insensitive (RFC 9110, 11.1): `bearer` is
+/// `Bearer`.
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let (_broker, app, base) = start("admin-bearer-case", Some(TOKEN)).await;
+    let status = reqwest::Client::new()
+        .post(format!("{base}/groups/admin-jobs/g/redrive"))
+        .header("authorization", format!("bearer {TOKEN}"))
+        .json(&serde_json::json!({ "all": true, "dry_run": true }))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    app.shutdown().await;
+    assert_eq!(status, StatusCode::OK);
+}
+
 /// Liveness checks every broker of the app: a file log the app only
 /// publishes to (no subscriber reads it) that has stopped taking writes
 /// makes `/health/live` answer 503.

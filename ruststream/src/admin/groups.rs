@@ -440,7 +440,7 @@ fn authorize(state: &AdminState, headers: &HeaderMap) -> Result<(), ApiError> {
     let sent = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer);
     match sent {
         Some(sent) if same(sent.as_bytes(), token.as_bytes()) => Ok(()),
         Some(_) => Err(ApiError {
@@ -452,6 +452,16 @@ fn authorize(state: &AdminState, headers: &HeaderMap) -> Result<(), ApiError> {
             message: "send the token as `Authorization: Bearer <token>`".to_owned(),
         }),
     }
+}
+
+/// The token of an `Authorization` value using the bearer scheme. The
+/// scheme is case-insensitive (RFC 9110, 11.1): `Bearer`, `bearer` and
+/// `BEARER` all name it.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
 }
 
 /// A write route's body, once the request is authorized.
