@@ -577,3 +577,16 @@ async fn a_fail_stopped_file_log_the_app_only_publishes_to_is_not_live() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
 }
+
+/// Every error is JSON, `{"error": "..."}`, path rejections included: a
+/// stream name that is not UTF-8 once percent-decoded is a 400 in JSON,
+/// not axum's plain text.
+#[tokio::test]
+async fn a_name_that_is_not_utf8_gets_a_json_error() {
+    let (_broker, app, base) = start("admin-not-utf8", None).await;
+    let (status, body) = get(&format!("{base}/streams/%FF")).await;
+    app.shutdown().await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let json: Result<Value, _> = serde_json::from_str(&body);
+    assert!(json.is_ok_and(|j| j["error"].is_string()), "{body}");
+}

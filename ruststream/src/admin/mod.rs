@@ -5,8 +5,10 @@
 //! - `routes`: metrics, liveness, readiness and the subscribers;
 //! - `groups`: the group routes (describe, pending, dead letters, redrive,
 //!   discard) on the app's brokers;
-//! - `json`: how broker types and errors are written as JSON.
+//! - `json`: how broker types and errors are written as JSON;
+//! - `extract`: axum's extractors with their rejections as JSON errors.
 
+mod extract;
 mod groups;
 mod json;
 mod routes;
