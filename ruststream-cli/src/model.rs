@@ -239,7 +239,7 @@ pub struct WriteResult {
     pub changed: u64,
     /// Ids named on the command line that were not dead letters of the
     /// group (already changed, or never one), left alone and not in
-    /// `selected`. The admin endpoint does not send it.
+    /// `selected`. (Older admin endpoints do not send it.)
     #[serde(default)]
     pub skipped: Vec<String>,
 }

@@ -496,7 +496,7 @@ async fn a_route_for_a_group_not_read_here_goes_to_the_broker_of_its_stream() {
 /// A dry run checks its selection against the group as the write does:
 /// by `ids` or by `all`, an unknown group is 404 (a typo does not pass the
 /// dry run), and on a known group ids that are not dead letters are
-/// listed as ignored, not selected.
+/// listed as skipped, not selected.
 #[tokio::test]
 async fn a_dry_run_by_ids_on_an_unknown_group_is_not_found() {
     let (_broker, app, base) = start("admin-dry-ids", Some(TOKEN)).await;
@@ -526,7 +526,7 @@ async fn a_dry_run_by_ids_on_an_unknown_group_is_not_found() {
     assert_eq!(got[2].0, StatusCode::OK, "{got:?}");
     let known: Value = serde_json::from_str(&got[2].1).unwrap();
     assert_eq!(
-        (&known["selected"], &known["ignored"]),
+        (&known["selected"], &known["skipped"]),
         (&serde_json::json!([]), &serde_json::json!(["1-0"])),
         "{known}"
     );

@@ -340,13 +340,13 @@ struct Resolved {
     /// Ids asked for by `ids` that are not dead letters of the group (not
     /// on the stream, pending, acked, already redriven or discarded): left
     /// alone, as the broker's write would ignore them.
-    ignored: Vec<EntryId>,
+    skipped: Vec<EntryId>,
 }
 
 impl Selection {
     /// The ids selected, checked against the group's dead letters, dry run
     /// or not: an unknown stream or group is an error (404), and ids that
-    /// are not dead letters of the group are set aside as ignored.
+    /// are not dead letters of the group are skipped.
     async fn resolve(
         &self,
         broker: &dyn Broker,
@@ -387,7 +387,7 @@ impl Selection {
         }
         Ok(Resolved {
             selected: out,
-            ignored: Vec::new(),
+            skipped: Vec::new(),
         })
     }
 }
@@ -421,7 +421,7 @@ async fn by_ids(
             if found.binary_search(&id).is_ok() {
                 out.selected.push(id);
             } else {
-                out.ignored.push(id);
+                out.skipped.push(id);
             }
         }
         rest = &rest[n..];
@@ -503,7 +503,7 @@ impl Write {
     /// A write of more than one page that failed after its first: the
     /// broker's error, saying what had been done. Sending the request
     /// again is safe: an id already redriven or discarded is no longer a
-    /// dead letter, and is ignored.
+    /// dead letter, and is skipped.
     fn failed_part_way(
         self,
         error: BrokerError,
@@ -536,13 +536,13 @@ async fn write(
     let broker = state.broker(selection.broker, stream, Some(group))?;
     let Resolved {
         selected: ids,
-        ignored,
+        skipped,
     } = selection.resolve(&*broker, stream, group).await?;
     let listed: Vec<String> = ids.iter().map(ToString::to_string).collect();
-    let ignored: Vec<String> = ignored.iter().map(ToString::to_string).collect();
+    let skipped: Vec<String> = skipped.iter().map(ToString::to_string).collect();
     if selection.dry_run {
         return Ok(Json(
-            json!({ "dry_run": true, "selected": listed, "ignored": ignored, "changed": 0 }),
+            json!({ "dry_run": true, "selected": listed, "skipped": skipped, "changed": 0 }),
         ));
     }
     let mut changed = 0;
@@ -566,7 +566,7 @@ async fn write(
         "admin write"
     );
     Ok(Json(
-        json!({ "dry_run": false, "selected": listed, "ignored": ignored, "changed": changed }),
+        json!({ "dry_run": false, "selected": listed, "skipped": skipped, "changed": changed }),
     ))
 }
 
