@@ -514,3 +514,52 @@ async fn reads_and_dry_runs_change_no_file() {
         drop(held.take());
     }
 }
+
+/// A consumer's idle time survives the file log: a service holds the log,
+/// its consumer `c` read and acked an entry, the service wrote a snapshot,
+/// and `c` polled again and found nothing. The tool, reading the held
+/// directory read-only, says `c` is idle for milliseconds (as the broker
+/// does), not since the epoch; a prune with `--idle 1h` lists nothing,
+/// neither as a dry run on the held log nor for real once the service
+/// stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_log_keeps_a_live_consumers_idle_time_across_a_snapshot_and_a_restart() {
+    let dir = TempDir::new("idle-time");
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.ensure_group("jobs", "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b.publish("jobs", Message::new("one")).await.unwrap();
+    let batch = read_new(&b, ("jobs", "g", "c"), 1).await;
+    let ids: Vec<_> = batch.deliveries.iter().map(|d| d.id()).collect();
+    b.ack("jobs", "g", &ids).await.unwrap();
+    // The holder writes a snapshot (as it does on its own as the journal
+    // grows), then `c` reads again and finds nothing new: it is alive.
+    b.compact().unwrap();
+    read_new(&b, ("jobs", "g", "c"), 1).await;
+    b.sync().await.unwrap();
+    let in_process = b.consumers("jobs", "g").await.unwrap();
+    assert!(in_process[0].idle_ms < 60_000, "{in_process:?}");
+
+    let d = dir.arg();
+    let target = ["--dir", d.as_str()];
+    let pruned = json_in(&target, "consumers prune jobs g --idle 1h --dry-run").await;
+    assert_eq!(pruned["deleted"], serde_json::json!([]), "{pruned}");
+    let described = json_in(&target, "describe jobs g").await;
+    let idle = described["group"]["consumer_list"][0]["idle_ms"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        idle < 60_000,
+        "c read a moment ago, the tool says idle {idle} ms: {described}"
+    );
+
+    // The service stops: a prune on the log nobody holds deletes nothing.
+    drop(b);
+    let pruned = json_in(&target, "consumers prune jobs g --idle 1h").await;
+    assert_eq!(pruned["deleted"], serde_json::json!([]), "{pruned}");
+    let reopened = reopen(&dir);
+    let consumers = reopened.consumers("jobs", "g").await.unwrap();
+    assert_eq!(consumers.len(), 1, "{consumers:?}");
+    assert!(consumers[0].idle_ms < 60_000, "{consumers:?}");
+}

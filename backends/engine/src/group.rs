@@ -10,6 +10,16 @@ use crate::idmap::IdMap;
 use crate::stream::StreamChange;
 use crate::{Engine, GroupChange};
 
+/// How often, at most, a consumer's seen time is recorded
+/// ([`GroupChange::Seen`]) while it keeps reading: a poll that finds
+/// nothing changes nothing else, and recording each one would make a
+/// durable broker write to disk on every empty poll. So a rebuild (a
+/// reopened file log) knows each consumer's seen time to within this much
+/// (or less: deliveries and claims record their own times), and reports
+/// idle times at most this much too long; a snapshot records each one
+/// exactly.
+pub const SEEN_EVERY_MS: u64 = 1_000;
+
 /// A consumer group: its cursor, pending list and dead letters.
 #[derive(Debug)]
 pub(crate) struct Group {
@@ -42,7 +52,13 @@ pub(crate) struct Group {
 #[derive(Debug)]
 pub(crate) struct Consumer {
     pub(crate) name: String,
+    /// When it last read (or refreshed a claim): its idle time counts from
+    /// here.
     pub(crate) seen_ms: u64,
+    /// The newest seen time recorded for it ([`GroupChange::Seen`], see
+    /// [`SEEN_EVERY_MS`]); `None` while none is (only after a rebuild from
+    /// a log written before seen times were recorded).
+    pub(crate) seen_recorded_ms: Option<u64>,
     /// Deleted: its number stays taken (held records name consumers by
     /// number), but it is no longer listed, and its name, read under again,
     /// joins as a new consumer.
@@ -82,22 +98,47 @@ impl Group {
         }
     }
 
+    /// The number of consumer `name`, which joins if it is new; either way
+    /// it is seen at `now_ms`. The seen time is recorded on joining and then
+    /// at most once per [`SEEN_EVERY_MS`] (see there).
     pub(crate) fn consumer(&mut self, name: &str, now_ms: u64) -> u32 {
         if let Some(&ix) = self.consumer_index.get(name) {
-            self.consumers[ix as usize].seen_ms = now_ms;
+            self.seen(ix, now_ms);
             return ix;
         }
         let ix = u32::try_from(self.consumers.len()).unwrap_or(u32::MAX);
         self.consumers.push(Consumer {
             name: name.to_owned(),
             seen_ms: now_ms,
+            seen_recorded_ms: None,
             gone: false,
         });
         self.consumer_index.insert(name.to_owned(), ix);
         self.record(|| GroupChange::Consumer {
             name: name.to_owned(),
         });
+        self.seen(ix, now_ms);
         ix
+    }
+
+    /// Consumer number `ix` is seen at `now_ms` (read, or refreshed a
+    /// claim): recorded as [`GroupChange::Seen`] if none was recorded for
+    /// it yet or the last one is [`SEEN_EVERY_MS`] old.
+    pub(crate) fn seen(&mut self, ix: u32, now_ms: u64) {
+        let Some(c) = self.consumers.get_mut(ix as usize) else {
+            return;
+        };
+        c.seen_ms = now_ms;
+        let due = c
+            .seen_recorded_ms
+            .is_none_or(|at| now_ms >= at.saturating_add(SEEN_EVERY_MS));
+        if due {
+            c.seen_recorded_ms = Some(now_ms);
+            self.record(|| GroupChange::Seen {
+                consumer: ix,
+                at_ms: now_ms,
+            });
+        }
     }
 
     /// Deletes consumer number `ix` (recorded). The caller has checked that

@@ -91,6 +91,19 @@ pub enum GroupChange {
         /// Its name.
         name: String,
     },
+    /// Consumer number `consumer` was seen (read, or refreshed a claim) at
+    /// `at_ms`: recorded when it joins, then at most once per
+    /// [`crate::SEEN_EVERY_MS`] while it keeps reading, and for every
+    /// consumer in a snapshot. Replayed, the newest one counts (and a
+    /// [`GroupChange::Held`] delivery time past it). A consumer with none
+    /// (a log written before these were) is taken as seen when the rebuild
+    /// ends (see [`Engine::finish_restore`]).
+    Seen {
+        /// The consumer's number.
+        consumer: u32,
+        /// When.
+        at_ms: u64,
+    },
     /// Consumer number `consumer` was deleted (it held nothing); its name
     /// may join again as a new consumer.
     ConsumerGone {
@@ -259,6 +272,11 @@ impl Engine {
                     .zip(&g.consumers)
                     .filter(|(_, c)| c.gone)
                     .map(|(consumer, _)| GroupChange::ConsumerGone { consumer });
+                // Each live consumer's seen time, exactly.
+                let seen = g.live_consumers().map(|(consumer, c)| GroupChange::Seen {
+                    consumer,
+                    at_ms: c.seen_ms,
+                });
                 let pending = g
                     .pending
                     .iter()
@@ -269,8 +287,12 @@ impl Engine {
                     times_delivered: d.times_delivered,
                     dead_at_ms: d.dead_at_ms,
                 });
-                let all: Vec<GroupChange> =
-                    consumers.chain(gone).chain(pending).chain(dead).collect();
+                let all: Vec<GroupChange> = consumers
+                    .chain(gone)
+                    .chain(seen)
+                    .chain(pending)
+                    .chain(dead)
+                    .collect();
                 // In pieces, so that no one record grows without bound.
                 for piece in all.chunks(SNAPSHOT_PIECE) {
                     out.push(Change::Group {
@@ -378,9 +400,25 @@ impl Engine {
     /// order, and keeps each stream's last id at or past every group's
     /// cursor (a group may have read entries a power failure took from the
     /// segments: new ids must not fall behind what it read).
-    pub fn finish_restore(&mut self) -> RestoreReport {
+    ///
+    /// A consumer no [`GroupChange::Seen`] was restored for (the log was
+    /// written before those were recorded) is taken as seen at `now_ms`,
+    /// the time of the rebuild: its real seen time is unknown, and the
+    /// newest time the log holds for it (its last delivery) may be long
+    /// before polls that found nothing, so anything earlier could make a
+    /// live consumer look idle and get it deleted. Its idle time is then
+    /// short by up to the time it had been idle; its next read records its
+    /// seen time.
+    pub fn finish_restore(&mut self, now_ms: u64) -> RestoreReport {
         let mut report = RestoreReport::default();
         for (name, s) in &mut self.streams {
+            for g in s.groups.values_mut() {
+                for c in g.consumers.iter_mut() {
+                    if c.seen_recorded_ms.is_none() {
+                        c.seen_ms = c.seen_ms.max(now_ms);
+                    }
+                }
+            }
             if let Some(cursor) = s.groups.values().map(|g| g.cursor).max() {
                 s.last_id = s.last_id.max(cursor);
             }
@@ -483,8 +521,15 @@ impl Group {
                 self.consumers.push(Consumer {
                     name,
                     seen_ms: 0,
+                    seen_recorded_ms: None,
                     gone: false,
                 });
+            }
+            GroupChange::Seen { consumer, at_ms } => {
+                known(consumer, &self.consumers).map_err(|e| format!("seen time of {e}"))?;
+                let c = &mut self.consumers[consumer as usize];
+                c.seen_ms = c.seen_ms.max(at_ms);
+                c.seen_recorded_ms = Some(c.seen_recorded_ms.unwrap_or(0).max(at_ms));
             }
             GroupChange::ConsumerGone { consumer } => {
                 known(consumer, &self.consumers)?;

@@ -72,6 +72,7 @@ mod settle;
 mod stream;
 
 pub use entries::{is_unloaded, unloaded};
+pub use group::SEEN_EVERY_MS;
 pub use journal::{Change, GroupChange, RestoreReport};
 pub use settle::Retried;
 pub use stream::CopyOf;

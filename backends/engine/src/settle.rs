@@ -224,7 +224,7 @@ impl Engine {
         if n > 0 {
             // A consumer refreshing its claims is alive (as Redis's XCLAIM
             // marks it seen).
-            g.consumers[ix as usize].seen_ms = now_ms;
+            g.seen(ix, now_ms);
         }
         Ok(n)
     }

@@ -464,6 +464,10 @@ const G_UNDEAD: u8 = 6;
 const G_CURSOR: u8 = 7;
 const G_CONSUMER_GONE: u8 = 8;
 const G_COPIED: u8 = 9;
+/// Added within format version 1: a log written before has none, and
+/// opens with its consumers taken as seen at the open
+/// (`Engine::finish_restore`).
+const G_SEEN: u8 = 10;
 
 /// Encodes changes (not appends: those go to segments) as one frame, so a
 /// call's changes are applied all or not at all.
@@ -551,6 +555,11 @@ fn put_group_change(out: &mut Vec<u8>, change: &GroupChange) -> Result<(), Strin
         GroupChange::ConsumerGone { consumer } => {
             put_u8(out, G_CONSUMER_GONE);
             put_u32(out, *consumer);
+        }
+        GroupChange::Seen { consumer, at_ms } => {
+            put_u8(out, G_SEEN);
+            put_u32(out, *consumer);
+            put_u64(out, *at_ms);
         }
         GroupChange::Held {
             id,
@@ -673,6 +682,10 @@ fn read_group_change(r: &mut Reader<'_>) -> Result<GroupChange, String> {
         },
         G_CONSUMER_GONE => GroupChange::ConsumerGone {
             consumer: r.u32("a consumer number")?,
+        },
+        G_SEEN => GroupChange::Seen {
+            consumer: r.u32("a consumer number")?,
+            at_ms: r.u64("a seen time")?,
         },
         G_HELD => GroupChange::Held {
             id: r.id("an entry id")?,
@@ -948,6 +961,10 @@ mod tests {
             },
             g(GroupChange::Consumer { name: "c".into() }),
             g(GroupChange::ConsumerGone { consumer: 0 }),
+            g(GroupChange::Seen {
+                consumer: 0,
+                at_ms: 1_700_000_000_123,
+            }),
             g(GroupChange::Held {
                 id,
                 consumer: 0,
@@ -1130,7 +1147,7 @@ mod tests {
                 trims.apply(&change);
                 engine.restore(change).unwrap();
             }
-            engine.finish_restore();
+            engine.finish_restore(0);
             (engine.snapshot(), trims.below, trims.kept)
         };
         assert_eq!(rebuilt(pieces), rebuilt(vec![trim]));

@@ -446,6 +446,122 @@ mod tests {
         );
     }
 
+    /// A fresh directory for a test (removed by the test at its end).
+    fn temp_dir(what: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "ruststream-{what}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ))
+    }
+
+    /// How long `consumer` of `jobs`/`g` has been idle.
+    async fn idle_ms(b: &FileLogBroker, consumer: &str) -> u64 {
+        let consumers = b.consumers("jobs", "g").await.unwrap();
+        let found = consumers.iter().find(|c| c.name == consumer);
+        found
+            .map(|c| c.idle_ms)
+            .unwrap_or_else(|| panic!("{consumers:?}"))
+    }
+
+    /// A consumer that polled a moment ago is idle for a moment after a
+    /// reopen, whether its seen time comes from the journal or from a
+    /// snapshot: not since the epoch. (Its last read found nothing, so no
+    /// delivery carries the time.) Times across a reopen are wall-clock
+    /// times; the bound is loose for a slow machine, far below the 57 years
+    /// the epoch would give.
+    #[tokio::test(start_paused = true)]
+    async fn a_reopened_file_log_keeps_each_consumers_seen_time() {
+        use ruststream_core::{ReadMode, ReadRequest, StreamStart};
+        let dir = temp_dir("seen");
+        let b = FileLogBroker::open(&dir).unwrap();
+        b.ensure_group("jobs", "g", StreamStart::Beginning)
+            .await
+            .unwrap();
+        b.read(ReadRequest::new("jobs", "g", "c", ReadMode::New, 10))
+            .await
+            .unwrap();
+        drop(b);
+        // The journal alone.
+        let b = FileLogBroker::open(&dir).unwrap();
+        assert!(idle_ms(&b, "c").await < 60_000);
+        // A snapshot, then an empty poll the journal after it holds.
+        b.compact().unwrap();
+        b.read(ReadRequest::new("jobs", "g", "c", ReadMode::New, 10))
+            .await
+            .unwrap();
+        drop(b);
+        let b = FileLogBroker::open(&dir).unwrap();
+        assert!(idle_ms(&b, "c").await < 60_000);
+        // A snapshot alone.
+        b.compact().unwrap();
+        drop(b);
+        let b = FileLogBroker::open(&dir).unwrap();
+        let idle = idle_ms(&b, "c").await;
+        drop(b);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(idle < 60_000, "{idle}");
+    }
+
+    /// A log written before seen times were journaled (a consumer joined
+    /// and held an entry long ago, no seen record) opens, and its consumer
+    /// counts as seen at the open: not idle since the epoch, nor since its
+    /// last delivery, so a prune by idle time does not delete it at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_log_without_seen_times_opens_with_its_consumers_seen_at_the_open() {
+        use ruststream_engine::{Change, GroupChange};
+        let dir = temp_dir("no-seen");
+        let b = FileLogBroker::open(&dir).unwrap();
+        b.ensure_group("jobs", "g", ruststream_core::StreamStart::Beginning)
+            .await
+            .unwrap();
+        let id = b
+            .publish("jobs", Message::new(b"x".to_vec()))
+            .await
+            .unwrap();
+        drop(b);
+        let journal = std::fs::read_dir(dir.join("state"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().ends_with(".log"))
+            .unwrap();
+        // What the code before seen records wrote for a read and an ack.
+        let old = Change::Group {
+            stream: "jobs".into(),
+            group: "g".into(),
+            changes: vec![
+                GroupChange::Consumer { name: "c".into() },
+                GroupChange::Held {
+                    id,
+                    consumer: 0,
+                    times_delivered: 1,
+                    since_ms: 1_000,
+                },
+                GroupChange::Cursor { cursor: id },
+                GroupChange::Settled { id },
+            ],
+        };
+        let mut frame = Vec::new();
+        format::write_changes(&mut frame, std::iter::once(&old)).unwrap();
+        std::io::Write::write_all(
+            &mut std::fs::OpenOptions::new()
+                .append(true)
+                .open(&journal)
+                .unwrap(),
+            &frame,
+        )
+        .unwrap();
+        let b = FileLogBroker::open(&dir).unwrap();
+        let idle = idle_ms(&b, "c").await;
+        let deleted = b
+            .delete_consumer("jobs", "g", "c", std::time::Duration::from_secs(60))
+            .await;
+        drop(b);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(idle < 60_000, "{idle}");
+        assert!(matches!(deleted, Ok(false)), "{deleted:?}");
+    }
+
     #[test]
     fn a_message_at_the_limit_is_accepted_and_one_byte_more_is_not() {
         let at_limit = Message::new(vec![0; MAX_MESSAGE_BYTES - 8]);

@@ -525,7 +525,8 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
         let _ = fs::remove_file(&path);
     }
 
-    let report = engine.finish_restore();
+    // Consumers with no seen time on disk (an older log) count as seen now.
+    let report = engine.finish_restore(ruststream_core::Clock::new().now_ms());
     for (stream, group, id) in &report.dangling {
         tracing::warn!(
             stream, group, %id,

@@ -183,7 +183,9 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
         )?;
     }
 
-    let report = rebuilt.finish_restore();
+    // Consumers of groups read back from disk with no seen time there (an
+    // older log, not compacted since) count as seen now.
+    let report = rebuilt.finish_restore(ruststream_core::Clock::new().now_ms());
     for (stream, group, id) in &report.dangling {
         tracing::warn!(stream, group, %id, "taking back a failed write dropped group state for an entry not on disk");
     }

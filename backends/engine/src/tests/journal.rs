@@ -146,7 +146,7 @@ fn rebuild(changes: impl IntoIterator<Item = Change>) -> Engine {
     for c in changes {
         e.restore(c).unwrap();
     }
-    let report = e.finish_restore();
+    let report = e.finish_restore(0);
     assert!(
         report.dangling.is_empty() && report.uncopied.is_empty(),
         "{report:?}"
@@ -175,7 +175,7 @@ fn a_rebuilt_stream_never_issues_ids_behind_a_groups_cursor() {
     ] {
         e.restore(change).unwrap();
     }
-    e.finish_restore();
+    e.finish_restore(0);
     let ids = e.publish("s", vec![Message::new(b"next".to_vec())], 1);
     assert!(ids[0] > EntryId::new(9, 0), "{ids:?}");
     let request = ReadRequest::new("s", "g", "c", ReadMode::New, 10);
@@ -258,7 +258,7 @@ fn missing_entries_are_reported_and_dropped() {
     {
         rebuilt.restore(c).unwrap();
     }
-    let report = rebuilt.finish_restore();
+    let report = rebuilt.finish_restore(0);
     assert_eq!(report.dangling.len(), 1);
     assert_eq!(rebuilt.group_info("s", "g").unwrap().pending, 0);
 }
@@ -288,4 +288,97 @@ fn a_snapshot_rebuild_claims_idle_entries_in_time_order() {
         let claimed = read(engine, claiming_req("c", 50, 10), T0 + 110);
         assert_eq!(ids(&claimed), [all[2]]);
     }
+}
+
+/// The idle time of consumer `c` of `S`/`G` at `now`.
+fn idle_of(e: &Engine, c: &str, now: u64) -> u64 {
+    let consumers = e.consumers(S, G, now).unwrap();
+    let found = consumers.iter().find(|x| x.name == c);
+    found
+        .map(|x| x.idle_ms)
+        .unwrap_or_else(|| panic!("{consumers:?}"))
+}
+
+/// A consumer that read everything and then polled an empty stream has
+/// the idle time it had once rebuilt, from the journal alone or from a
+/// snapshot and the journal after it: never "since the epoch". From the
+/// journal, at most [`SEEN_EVERY_MS`] too long; from a snapshot, exact.
+#[test]
+fn a_rebuild_keeps_each_consumers_idle_time() {
+    let (mut e, ids) = setup_recorded(1);
+    read(&mut e, new_req("c", 10), T0);
+    e.ack(S, G, &ids).unwrap();
+    let mut journal = e.take_changes();
+    // Empty polls: the first within SEEN_EVERY_MS records nothing, the
+    // next one past it records the time.
+    read(&mut e, new_req("c", 10), T0 + 400);
+    assert!(e.take_changes().is_empty(), "an empty poll wrote");
+    read(&mut e, new_req("c", 10), T0 + SEEN_EVERY_MS + 500);
+    journal.extend(e.take_changes());
+    // The last poll, within SEEN_EVERY_MS of the one recorded: unrecorded.
+    let last_poll = T0 + SEEN_EVERY_MS + 1_200;
+    read(&mut e, new_req("c", 10), last_poll);
+    assert!(e.take_changes().is_empty(), "an empty poll wrote");
+    let now = last_poll + 5_000;
+    assert_eq!(idle_of(&e, "c", now), 5_000);
+
+    // The journal alone: too long by the 700 ms since the recorded poll,
+    // which is within SEEN_EVERY_MS.
+    let rebuilt = rebuild(journal);
+    assert_eq!(idle_of(&rebuilt, "c", now), 5_700);
+    const { assert!(700 < SEEN_EVERY_MS) };
+
+    // A snapshot, then an empty poll the journal after it does not hold.
+    read(&mut e, new_req("c", 10), last_poll + 200);
+    let mut from_snapshot = e.snapshot();
+    from_snapshot.extend(e.take_changes());
+    let rebuilt = rebuild(from_snapshot);
+    assert_eq!(idle_of(&rebuilt, "c", now), 4_800);
+}
+
+/// A log written before seen times were recorded (consumers joined, no
+/// [`GroupChange::Seen`]) still rebuilds, and its consumers count as seen
+/// at the rebuild (rather than at the epoch, or at their last delivery,
+/// which could get a live consumer deleted as idle).
+#[test]
+fn a_log_without_seen_times_takes_its_consumers_as_seen_at_the_rebuild() {
+    let (mut e, _) = setup_recorded(1);
+    read(&mut e, new_req("c", 10), T0);
+    read(&mut e, new_req("quiet", 10), T0);
+    let old_log: Vec<Change> = e
+        .take_changes()
+        .into_iter()
+        .map(|c| match c {
+            Change::Group {
+                stream,
+                group,
+                changes,
+            } => Change::Group {
+                stream,
+                group,
+                changes: changes
+                    .into_iter()
+                    .filter(|g| !matches!(g, GroupChange::Seen { .. }))
+                    .collect(),
+            },
+            other => other,
+        })
+        .collect();
+    let opened_at = T0 + 60_000;
+    let mut rebuilt = Engine::new();
+    for c in old_log {
+        rebuilt.restore(c).unwrap();
+    }
+    rebuilt.finish_restore(opened_at);
+    assert_eq!(idle_of(&rebuilt, "c", opened_at + 10), 10);
+    assert_eq!(idle_of(&rebuilt, "quiet", opened_at + 10), 10);
+    // Its next read records its seen time.
+    rebuilt.record_changes(true);
+    read(&mut rebuilt, new_req("quiet", 10), opened_at + 20);
+    let changes = rebuilt.take_changes();
+    assert!(
+        matches!(&changes[..], [Change::Group { changes, .. }]
+            if changes == &[GroupChange::Seen { consumer: 1, at_ms: opened_at + 20 }]),
+        "{changes:?}"
+    );
 }

@@ -345,7 +345,7 @@ fn a_refreshed_claim_survives_a_rebuild_from_the_journal() {
     for change in e.take_changes() {
         rebuilt.restore(change).unwrap();
     }
-    assert!(rebuilt.finish_restore().dangling.is_empty());
+    assert!(rebuilt.finish_restore(0).dangling.is_empty());
     let p = pending_entry(&rebuilt, all[0], T0 + 250);
     assert_eq!((p.idle_ms, p.times_delivered), (50, 1));
     assert!(read(&mut rebuilt, claiming_req("b", 100, 1), T0 + 250).is_empty());
