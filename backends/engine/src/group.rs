@@ -16,8 +16,9 @@ use crate::{Engine, GroupChange};
 /// durable broker write to disk on every empty poll. So a rebuild (a
 /// reopened file log) knows each consumer's seen time to within this much
 /// (or less: deliveries and claims record their own times), and reports
-/// idle times at most this much too long; a snapshot records each one
-/// exactly.
+/// idle times at most this much too long, never too short; a snapshot
+/// records each one exactly. (The file log writes such a record, when it
+/// is all a call changed, without asking for a sync of its own.)
 pub const SEEN_EVERY_MS: u64 = 1_000;
 
 /// A consumer group: its cursor, pending list and dead letters.

@@ -562,6 +562,47 @@ mod tests {
         assert!(matches!(deleted, Ok(false)), "{deleted:?}");
     }
 
+    /// A read that finds nothing writes nothing, but for its consumer's
+    /// seen time once `SEEN_EVERY_MS` passed since the last one written;
+    /// that write starts no sync (the next one covers it, as
+    /// `FileLogBroker::sync` does).
+    #[tokio::test(start_paused = true)]
+    async fn an_empty_poll_writes_its_seen_time_at_most_once_a_second_and_starts_no_sync() {
+        use ruststream_core::{ReadMode, ReadRequest, StreamStart};
+        let dir = temp_dir("lazy-seen");
+        let b = FileLogBroker::open(&dir).unwrap();
+        b.ensure_group("jobs", "g", StreamStart::Beginning)
+            .await
+            .unwrap();
+        let poll = || b.read(ReadRequest::new("jobs", "g", "c", ReadMode::New, 10));
+        poll().await.unwrap();
+        b.sync().await.unwrap();
+        let journal = std::fs::read_dir(dir.join("state"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().ends_with(".log"))
+            .unwrap();
+        let len = || std::fs::metadata(&journal).unwrap().len();
+        let (syncs, size) = (b.syncs(), len());
+        tokio::time::advance(std::time::Duration::from_millis(500)).await;
+        poll().await.unwrap();
+        assert_eq!(len(), size, "an empty poll within a second wrote");
+        let every = ruststream_engine::SEEN_EVERY_MS;
+        tokio::time::advance(std::time::Duration::from_millis(every)).await;
+        poll().await.unwrap();
+        assert!(len() > size, "the seen time was not written");
+        // Past the group state's sync period (the sync thread's clock is
+        // real time): no sync.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let after = b.syncs();
+        b.sync().await.unwrap();
+        let synced = b.syncs();
+        drop(b);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(after, syncs, "a seen time alone started a sync");
+        assert!(synced > syncs, "sync() left the seen time unsynced");
+    }
+
     #[test]
     fn a_message_at_the_limit_is_accepted_and_one_byte_more_is_not() {
         let at_limit = Message::new(vec![0; MAX_MESSAGE_BYTES - 8]);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ruststream_core::{BrokerError, BrokerResult, Entry, EntryId, Message, Trim};
-use ruststream_engine::{Change, Engine, is_unloaded};
+use ruststream_engine::{Change, Engine, GroupChange, is_unloaded};
 use ruststream_local::Persistence;
 
 use crate::format;
@@ -310,6 +310,15 @@ pub(crate) fn create_with_header(
         fsync_dir(syncer, dir)?;
     }
     Ok(file)
+}
+
+/// Whether `changes` are consumers' seen times and nothing else: a call
+/// that only read and found nothing (`GroupChange::Seen`).
+fn only_seen_times(changes: &[Change]) -> bool {
+    changes.iter().all(|c| {
+        matches!(c, Change::Group { changes, .. }
+            if changes.iter().all(|g| matches!(g, GroupChange::Seen { .. })))
+    })
 }
 
 fn touch(touched: &mut Vec<Arc<File>>, file: &Arc<File>) {
@@ -865,6 +874,11 @@ impl Persistence for Store {
             .and_then(|()| self.write_changes(changes));
         let result = match written {
             // Drained, not taken: the buffer is reused by the next call.
+            // Only seen times (a poll that found nothing): written, and
+            // synced with the next sync rather than asking for one.
+            Ok(()) if only_seen_times(changes) => {
+                Ok(self.syncer.register_lazy(self.touched.drain(..)))
+            }
             Ok(()) => Ok(self.syncer.register(self.touched.drain(..))),
             Err(error) => {
                 self.touched.clear();

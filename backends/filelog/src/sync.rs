@@ -121,6 +121,10 @@ struct SyncState {
     thread: Thread,
     /// Files written since the last sync started.
     dirty: Vec<Arc<File>>,
+    /// Files written since the last sync started with records that ask
+    /// for no sync of their own ([`Syncer::register_lazy`]): synced with
+    /// the next sync, which only `dirty` files start.
+    lazy: Vec<Arc<File>>,
     /// Who waits, and how long the sync thread waits for them.
     delay: CommitDelay,
     /// The waiters, woken once their ticket is durable or the store stops.
@@ -260,6 +264,21 @@ impl Syncer {
         state.written
     }
 
+    /// Records files written with records that need no sync of their own
+    /// (a consumer's seen time, `GroupChange::Seen`): the next sync, which
+    /// other writes start, covers them, and nothing waits for them. Returns
+    /// the ticket of the last write registered (what a caller could wait
+    /// for: nothing of its own).
+    pub(crate) fn register_lazy(&self, files: impl IntoIterator<Item = Arc<File>>) -> u64 {
+        let mut state = self.shared.lock();
+        for file in files {
+            if !state.lazy.iter().any(|f| Arc::ptr_eq(f, &file)) {
+                state.lazy.push(file);
+            }
+        }
+        state.written
+    }
+
     /// Makes every write registered so far durable before it returns,
     /// from the calling thread: syncs the files written since the last sync
     /// began, then waits for a sync in progress (which covers the files
@@ -268,7 +287,7 @@ impl Syncer {
     /// A failed sync stops the store, as the sync thread's does.
     pub(crate) fn sync_written_now(&self) -> BrokerResult<()> {
         self.check()?;
-        let files = self.shared.lock().dirty.clone();
+        let files = self.shared.lock().files_to_sync(false);
         let result = match self.shared.failpoints.fsync_error(&files) {
             Some(error) => Err(error),
             None => sync_files(&files),
@@ -290,9 +309,21 @@ impl Syncer {
         self.check()
     }
 
-    /// The ticket of the last write registered.
+    /// The ticket that covers every write registered so far, lazily
+    /// registered ones ([`Syncer::register_lazy`]) included: those become
+    /// ordinary writes, which the next sync is for.
     pub(crate) fn written(&self) -> u64 {
-        self.shared.lock().written
+        let mut state = self.shared.lock();
+        if !state.lazy.is_empty() {
+            let lazy = std::mem::take(&mut state.lazy);
+            state.written += 1;
+            for file in lazy {
+                if !state.dirty.iter().any(|f| Arc::ptr_eq(f, &file)) {
+                    state.dirty.push(file);
+                }
+            }
+        }
+        state.written
     }
 
     /// How many syncs have finished.
@@ -331,6 +362,28 @@ impl Drop for Syncer {
         woken.into_iter().for_each(Waker::wake);
         self.shared.synced_now.notify_all();
         drop(dirty);
+    }
+}
+
+impl SyncState {
+    /// The files a sync starting now covers: those written since the last
+    /// one started, lazily registered ones included; taken (the sync
+    /// starts) or, without `take`, copied.
+    fn files_to_sync(&mut self, take: bool) -> Vec<Arc<File>> {
+        let (mut files, lazy) = if take {
+            (
+                std::mem::take(&mut self.dirty),
+                std::mem::take(&mut self.lazy),
+            )
+        } else {
+            (self.dirty.clone(), self.lazy.clone())
+        };
+        for file in lazy {
+            if !files.iter().any(|f| Arc::ptr_eq(f, &file)) {
+                files.push(file);
+            }
+        }
+        files
     }
 }
 
@@ -471,7 +524,7 @@ impl Shared {
                     continue;
                 }
             }
-            let files = std::mem::take(&mut state.dirty);
+            let files = state.files_to_sync(true);
             let target = state.written;
             state.delay.start(target);
             state.syncing = true;
@@ -791,7 +844,7 @@ impl WaitFor<'_> {
         state.syncing = true;
         let target = state.written;
         state.delay.start(target);
-        Some(Then::SyncInPlace(std::mem::take(&mut state.dirty), target))
+        Some(Then::SyncInPlace(state.files_to_sync(true), target))
     }
 
     /// Syncs `files` in place (in [`tokio::task::block_in_place`] on a
