@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ruststream::{HandlerOutcome, PARTITION_KEY_HEADER, Running, Stream, Subscription};
-use ruststream_core::{Broker, DeadLetter, EntryId, Message};
+use ruststream_core::{
+    Broker, BrokerFuture, BrokerResult, DeadLetter, EntryId, Message, ReadBatch, ReadRequest,
+};
 use ruststream_memory::MemoryBroker;
 use ruststream_testkit::faults::{CallKind, Fault, FaultyBroker};
 use support::recorder::{Record, Recorder, ack};
@@ -290,4 +292,100 @@ async fn refused_refreshes_do_not_count_deliveries_for_an_entry_in_hand() {
     assert_eq!(t.record.texts(), [("e0".to_owned(), 0)]);
     let info = t.inner.group_info(s, "g").await.unwrap();
     assert_eq!((info.pending, info.lag), (0, 0), "{info:?}");
+}
+
+/// Records, for every read, when it went out and how many held ids it
+/// named.
+struct Named {
+    inner: Arc<FaultyBroker>,
+    t0: tokio::time::Instant,
+    named: std::sync::Mutex<Vec<(Duration, usize)>>,
+}
+
+impl Named {
+    fn note(&self, held: usize) {
+        let at = self.t0.elapsed();
+        self.named.lock().unwrap().push((at, held));
+    }
+}
+
+impl Broker for Named {
+    fn read<'a>(&'a self, request: ReadRequest<'a>) -> BrokerFuture<'a, ReadBatch> {
+        self.note(request.held.len());
+        self.inner.read(request)
+    }
+
+    fn read_now(
+        &self,
+        request: &ReadRequest<'_>,
+        batch: &mut ReadBatch,
+    ) -> Option<BrokerResult<()>> {
+        self.note(request.held.len());
+        self.inner.read_now(request, batch)
+    }
+
+    ruststream_core::forward_broker!(
+        inner: name, failure, check_mode, publish, publish_batch, ensure_group,
+        set_group_position, ack, retry, dead_letter, redrive, discard, group_info, consumers,
+        pending, dead_letters, range, stream_info, trim,
+        extend_claim, count_deliveries,
+    );
+}
+
+/// One claim refresh fails while an entry is in hand; after that the
+/// subscription holds entries only between ticks (short handlers), and no
+/// refresh fails again. Its reads stop naming what they hold: naming is for
+/// failing or slow refreshes only, and costs the broker a refresh per named
+/// entry. (A failure was once remembered until a refresh came back, which
+/// a tick with nothing held never sends.)
+#[tokio::test(start_paused = true)]
+async fn one_failed_refresh_does_not_keep_reads_naming_what_they_hold() {
+    let s = "stale-failing";
+    let t0 = tokio::time::Instant::now();
+    let inner = MemoryBroker::new();
+    let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 7));
+    let named = Arc::new(Named {
+        inner: faults.clone(),
+        t0,
+        named: std::sync::Mutex::default(),
+    });
+    let record = Record::default();
+    let takes = |text: &str| {
+        let ms = if text == "a" { 160 } else { 5 };
+        Duration::from_millis(ms)
+    };
+    let recorder = Recorder {
+        who: "c",
+        t0,
+        takes,
+        outcome: ack,
+        record: record.clone(),
+    };
+    let subscription = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g")).workers(1);
+    let app = recorder.start_on(named.clone(), subscription).await;
+    tokio::time::sleep_until(t0 + Duration::from_millis(120)).await;
+    faults.outage(&[CallKind::ExtendClaim], Duration::from_millis(280));
+    inner.publish(s, Message::new(b"a".to_vec())).await.unwrap();
+    for i in 0..50u64 {
+        tokio::time::sleep_until(t0 + Duration::from_millis(450 + 100 * i)).await;
+        let text = format!("b{i}").into_bytes();
+        inner.publish(s, Message::new(text)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    app.shutdown().await;
+    assert_eq!(record.texts().len(), 51);
+    let late: Vec<(Duration, usize)> = named
+        .named
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|&(at, n)| n > 0 && at > Duration::from_secs(1))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{} reads named held entries long after the one failed refresh: first {:?}",
+        late.len(),
+        &late[..late.len().min(5)]
+    );
 }

@@ -62,8 +62,10 @@ pub(super) struct KeepAlive<'a> {
     /// started, or found nothing to refresh): every entry held then has
     /// been idle at the broker no longer than since this time.
     fresh_since: tokio::time::Instant,
-    /// Whether the newest refresh that came back failed.
-    failing: bool,
+    /// When the newest refresh that failed was sent: the refreshes are
+    /// failing while that is later than `fresh_since` (a refresh sent
+    /// later that landed, or a tick with nothing to refresh, ends it).
+    failed: Option<tokio::time::Instant>,
 }
 
 /// How often the subscription refreshes its claims: its keep-alive
@@ -97,7 +99,7 @@ impl<'a> KeepAlive<'a> {
             tick: Box::pin(tokio::time::sleep(every)),
             calls: Vec::new(),
             fresh_since: tokio::time::Instant::now(),
-            failing: false,
+            failed: None,
         }
     }
 
@@ -116,8 +118,8 @@ impl<'a> KeepAlive<'a> {
             .saturating_duration_since(tokio::time::Instant::now())
     }
 
-    /// Whether the refreshes are failing (the newest one that came back
-    /// failed) or slow (the oldest in flight was sent more than an interval
+    /// Whether the refreshes are failing (one sent since the newest that
+    /// landed failed, and no tick found nothing held since) or slow (the oldest in flight was sent more than an interval
     /// ago). A read that takes idle entries then names the entries in
     /// hand, and the broker refreshes those first (`ReadRequest::held`): so
     /// the subscription's own read never takes back, and counts a delivery
@@ -125,7 +127,7 @@ impl<'a> KeepAlive<'a> {
     /// count, not time alone: a paused clock moved on in one step is no
     /// reason to keep entries fresh that a retry left to be claimed.)
     pub(super) fn behind(&self) -> bool {
-        self.failing
+        self.failed.is_some_and(|failed| failed >= self.fresh_since)
             || self
                 .calls
                 .first()
@@ -136,20 +138,22 @@ impl<'a> KeepAlive<'a> {
     /// tries again) and the timer; ready when it is time to refresh.
     pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let env = self.env;
-        let (fresh_since, failing) = (&mut self.fresh_since, &mut self.failing);
+        let (fresh_since, failed) = (&mut self.fresh_since, &mut self.failed);
         self.calls.retain_mut(|(sent, call)| {
             let Poll::Ready(result) = call.as_mut().poll(cx) else {
                 return true;
             };
-            *failing = result.is_err();
             match result {
                 Ok(_) => *fresh_since = (*fresh_since).max(*sent),
-                Err(error) => group_event!(
+                Err(error) => {
+                    *failed = (*failed).max(Some(*sent));
+                    group_event!(
                     warn,
                     env,
                     %error,
-                    "could not refresh the claims on held entries; trying again at the next tick"
-                ),
+                        "could not refresh the claims on held entries; trying again at the next tick"
+                    );
+                }
             }
             false
         });
