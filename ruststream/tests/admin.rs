@@ -549,6 +549,30 @@ async fn the_bearer_scheme_is_case_insensitive() {
     assert_eq!(status, StatusCode::OK);
 }
 
+/// The token works whichever builder call comes first: `admin_token`
+/// before `admin(addr)` turns the write routes on just the same.
+#[tokio::test]
+async fn a_token_set_before_the_address_turns_the_write_routes_on() {
+    let app = RustStream::new(AppInfo::new("admin-token-first", "0"))
+        .with_broker(MemoryBroker::new(), |b| {
+            b.include(jobs);
+        })
+        .admin_token(TOKEN)
+        .admin(([127, 0, 0, 1], 0).into());
+    let running = app.start().await.unwrap();
+    let base = format!("http://{}", running.admin_addr().unwrap());
+    let status = reqwest::Client::new()
+        .post(format!("{base}/groups/admin-jobs/g/redrive"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({ "all": true, "dry_run": true }))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    running.shutdown().await;
+    assert_eq!(status, StatusCode::OK);
+}
+
 /// Liveness checks every broker of the app: a file log the app only
 /// publishes to (no subscriber reads it) that has stopped taking writes
 /// makes `/health/live` answer 503.

@@ -13,19 +13,16 @@ pub(super) async fn prune(target: &Target, format: Format, args: Prune) -> CliRe
         Access::Write
     };
     let conn = target.connect(access)?;
-    let result = conn
-        .prune(
-            &args.stream,
-            &args.group,
-            Pruning {
-                idle: args.idle,
-                dry_run: args.dry_run,
-            },
-        )
-        .await?;
-    if !args.dry_run {
-        conn.finish().await?;
-    }
+    let pruning = Pruning {
+        idle: args.idle,
+        dry_run: args.dry_run,
+    };
+    let result = conn.prune(&args.stream, &args.group, pruning).await;
+    let result = if args.dry_run {
+        result?
+    } else {
+        conn.finishing(result).await?
+    };
     match format {
         Format::Json => output::emit_json(&result),
         Format::Table => {

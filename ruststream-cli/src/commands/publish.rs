@@ -48,8 +48,9 @@ pub(super) async fn run(target: &Target, format: Format, args: Publish) -> CliRe
         })
         .collect();
     let conn = target.connect(Access::Write)?;
-    let ids = conn.publish(&args.stream, messages).await?;
-    conn.finish().await?;
+    let ids = conn
+        .finishing(conn.publish(&args.stream, messages).await)
+        .await?;
     let published = Published {
         stream: args.stream,
         ids: ids.iter().map(ToString::to_string).collect(),

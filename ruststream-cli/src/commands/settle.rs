@@ -72,28 +72,9 @@ pub(super) async fn run(
     if ids.len() > 1 && !args.yes {
         confirm(change, ids.len(), &args)?;
     }
-    let mut changed = 0;
-    for (sent, chunk) in ids.chunks(CHUNK).enumerate() {
-        let done = match change {
-            Change::Redrive => conn.redrive(&args.stream, &args.group, chunk).await,
-            Change::Discard => conn.discard(&args.stream, &args.group, chunk).await,
-        };
-        match done {
-            Ok(n) => changed += n,
-            Err(error) if sent == 0 => return Err(error),
-            // Running the command again is safe: an id already changed is
-            // no longer a dead letter, and is not selected again.
-            Err(error) => {
-                return Err(error.after(&format!(
-                    "{changed} dead letters {} of the first {} of {} selected, then: ",
-                    change.done(),
-                    sent * CHUNK,
-                    ids.len()
-                )));
-            }
-        }
-    }
-    conn.finish().await?;
+    let changed = conn
+        .finishing(apply(&conn, &args, change, &ids).await)
+        .await?;
     report(
         format,
         change,
@@ -104,6 +85,33 @@ pub(super) async fn run(
             skipped,
         },
     )
+}
+
+/// Redrives or discards `ids`, [`CHUNK`] at a time; how many changed. A
+/// part failing after others changed is an error that says how many did.
+async fn apply(conn: &Conn, args: &Selection, change: Change, ids: &[EntryId]) -> CliResult<u64> {
+    let mut changed = 0;
+    for (sent, chunk) in ids.chunks(CHUNK).enumerate() {
+        let done = match change {
+            Change::Redrive => conn.redrive(&args.stream, &args.group, chunk).await,
+            Change::Discard => conn.discard(&args.stream, &args.group, chunk).await,
+        };
+        match done {
+            Ok(n) => changed += n,
+            Err(error) if sent == 0 => return Err(error),
+            // Running the command again is safe: an id already changed is
+            // no longer a dead letter, and is skipped.
+            Err(error) => {
+                return Err(error.after(&format!(
+                    "{changed} dead letters {} of the first {} of {} selected, then: ",
+                    change.done(),
+                    sent * CHUNK,
+                    ids.len()
+                )));
+            }
+        }
+    }
+    Ok(changed)
 }
 
 /// What a selection holds: the dead letters to change, and the ids named

@@ -345,6 +345,24 @@ impl Conn {
         }
     }
 
+    /// Ends a change made through this connection: makes what was written
+    /// durable ([`Conn::finish`]) whether `result` is a success or a
+    /// failure part-way (what the parts before it changed is reported as
+    /// done, so it must last). The change's own error wins over a failed
+    /// sync after it, which is added to its message.
+    pub async fn finishing<T>(&self, result: CliResult<T>) -> CliResult<T> {
+        let synced = self.finish().await;
+        match (result, synced) {
+            (Ok(value), Ok(())) => Ok(value),
+            (Ok(_), Err(error)) => Err(error),
+            (Err(error), Ok(())) => Err(error),
+            (Err(error), Err(sync)) => Err(error.after(&format!(
+                "could not make the changes made so far durable ({}); ",
+                sync.message()
+            ))),
+        }
+    }
+
     /// Makes what was written durable (a file log's group state) before
     /// the process exits.
     pub async fn finish(&self) -> CliResult<()> {

@@ -48,10 +48,15 @@ impl AdminOptions {
             return Ok(None);
         };
         let addr = parse_addr(&addr).map_err(|e| format!("{ADMIN_ADDR_VAR}: {e}"))?;
-        let token = std::env::var(ADMIN_TOKEN_VAR)
-            .ok()
-            .filter(|t| !t.is_empty());
+        let token = AdminOptions::token_from_env();
         Ok(Some(AdminOptions { addr, token }))
+    }
+
+    /// The token [`ADMIN_TOKEN_VAR`] holds, if set and not empty.
+    pub(crate) fn token_from_env() -> Option<String> {
+        std::env::var(ADMIN_TOKEN_VAR)
+            .ok()
+            .filter(|t| !t.is_empty())
     }
 }
 

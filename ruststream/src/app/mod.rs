@@ -126,6 +126,9 @@ pub struct RustStream {
     prune_idle_consumers: Option<Duration>,
     readiness: ReadinessOptions,
     admin: Option<AdminOptions>,
+    /// The write routes' token set in code ([`RustStream::admin_token`]):
+    /// it wins over one from the environment.
+    admin_token: Option<String>,
     group_metrics: bool,
 }
 
@@ -192,6 +195,7 @@ impl RustStream {
             prune_idle_consumers: None,
             readiness: ReadinessOptions::default(),
             admin: None,
+            admin_token: None,
             group_metrics: false,
         }
     }
@@ -287,7 +291,8 @@ impl RustStream {
     ///
     /// `#[ruststream::app]` binaries (and [`run_main`](crate::run_main))
     /// also serve it when [`ADMIN_ADDR_VAR`] is set (`PORT` means
-    /// `127.0.0.1:PORT`), with the token from [`ADMIN_TOKEN_VAR`].
+    /// `127.0.0.1:PORT`), and take the token from [`ADMIN_TOKEN_VAR`]
+    /// unless [`RustStream::admin_token`] sets one.
     ///
     /// ```
     /// use ruststream::prelude::*;
@@ -297,8 +302,7 @@ impl RustStream {
     /// # let _ = app;
     /// ```
     pub fn admin(mut self, addr: std::net::SocketAddr) -> Self {
-        let token = self.admin.take().and_then(|a| a.token);
-        self.admin = Some(AdminOptions { addr, token });
+        self.admin = Some(AdminOptions { addr, token: None });
         self
     }
 
@@ -314,26 +318,34 @@ impl RustStream {
     }
 
     /// The token the admin endpoint's write routes require, sent as
-    /// `Authorization: Bearer <token>`; without one they are off.
+    /// `Authorization: Bearer <token>`; without one they are off. Called
+    /// before or after [`RustStream::admin`] alike; it wins over
+    /// [`ADMIN_TOKEN_VAR`].
     pub fn admin_token(mut self, token: impl Into<String>) -> Self {
-        if let Some(admin) = &mut self.admin {
-            admin.token = Some(token.into());
-        } else {
-            tracing::warn!("admin_token without admin(addr): no endpoint to protect");
-        }
+        self.admin_token = Some(token.into());
         self
     }
 
-    /// Serves the admin endpoint if [`ADMIN_ADDR_VAR`] asks for one (and
-    /// none was set in code): what `run_main` does.
+    /// What `run_main` does: serves the admin endpoint if [`ADMIN_ADDR_VAR`]
+    /// asks for one (and none was set in code), and takes the write routes'
+    /// token from [`ADMIN_TOKEN_VAR`] (unless one was set in code), whether
+    /// the address came from code or from the environment.
     pub(crate) fn admin_from_env(mut self) -> Result<Self, String> {
-        if self.admin.is_some() {
-            return Ok(self);
-        }
-        if let Some(admin) = AdminOptions::from_env()? {
-            self.admin = Some(admin);
+        match &mut self.admin {
+            Some(admin) => admin.token = AdminOptions::token_from_env(),
+            None => self.admin = AdminOptions::from_env()?,
         }
         Ok(self)
+    }
+
+    /// The admin endpoint's options, with the token set in code, if any,
+    /// in place of one from the environment.
+    pub(crate) fn admin_options(&self) -> Option<AdminOptions> {
+        let mut options = self.admin.clone()?;
+        if let Some(token) = &self.admin_token {
+            options.token = Some(token.clone());
+        }
+        Some(options)
     }
 
     /// Adds a broker and the subscribers it runs (a group's subscriptions

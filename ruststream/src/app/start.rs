@@ -46,7 +46,10 @@ impl RustStream {
                 plans.push(plan);
             }
         }
-        let admin = match &self.admin {
+        if self.admin.is_none() && self.admin_token.is_some() {
+            tracing::warn!("admin_token without admin(addr): no endpoint to protect");
+        }
+        let admin = match &self.admin_options() {
             Some(options) => {
                 // Before any metrics handle is registered: handles made
                 // without a recorder record nothing, ever.
