@@ -563,3 +563,34 @@ async fn a_file_log_keeps_a_live_consumers_idle_time_across_a_snapshot_and_a_res
     assert_eq!(consumers.len(), 1, "{consumers:?}");
     assert!(consumers[0].idle_ms < 60_000, "{consumers:?}");
 }
+
+/// A read command takes no lock, so a service opens its log while a `tail`
+/// follows it: here the service opens and closes the log again and again
+/// (as a restarting service would) while the tail polls, publishes, and
+/// the tail prints what it published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_opens_its_log_while_tail_follows_it() {
+    let dir = TempDir::new("tail-takes-no-lock");
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.publish("jobs", Message::new("first")).await.unwrap();
+    b.sync().await.unwrap();
+    drop(b);
+    let d = dir.arg();
+    let tail = cli_in_background(&["--dir", d.as_str()], "tail jobs --from 0 --count 3");
+    for n in 0..200 {
+        let b = FileLogBroker::open(&dir.0)
+            .unwrap_or_else(|e| panic!("open {n} while the tail follows: {e}"));
+        if n % 100 == 99 {
+            b.publish("jobs", Message::new(format!("m{n}")))
+                .await
+                .unwrap();
+            b.sync().await.unwrap();
+        }
+        drop(b);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let out = tail.ok().await;
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out:?}");
+    assert!(lines[2].ends_with("m199"), "{out:?}");
+}

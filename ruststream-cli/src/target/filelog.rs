@@ -1,7 +1,8 @@
-//! Opening a file-log directory: with its lock when nobody holds it, and,
-//! for commands that only read, as a read-only view when a running
-//! service does. Changes to a held directory go through that service's
-//! admin endpoint.
+//! Opening a file-log directory: for commands that only read, always as a
+//! read-only view (no lock: a service starting meanwhile must not find the
+//! log in use); for changes, with its lock, which a running service holds
+//! (changes to a held directory go through that service's admin
+//! endpoint).
 
 use std::path::Path;
 
@@ -13,30 +14,30 @@ use crate::error::{CliError, CliResult};
 /// Opens the file log in `dir` for `access`.
 ///
 /// A directory that does not exist, or holds no file log, is
-/// [`CliError::NotFound`] (the tool never creates one). When a running
-/// service holds the directory, a read opens it read-only
-/// ([`open_held_read_only`]) and a write is [`CliError::Refused`], naming
-/// the holder's pid and `--admin`.
+/// [`CliError::NotFound`] (the tool never creates one). A read opens it
+/// read-only ([`open_read_only`]), held or not. A write takes the lock; when
+/// a running service holds the directory it is [`CliError::Refused`],
+/// naming the holder's pid and `--admin`.
 pub fn open_file_log(dir: &Path, access: Access) -> CliResult<FileLogBroker> {
     check_is_file_log(dir)?;
+    if access == Access::Read {
+        return open_read_only(dir);
+    }
     match FileLogBroker::open(dir) {
         Ok(log) => Ok(log),
-        Err(BrokerError::InUse { holder, .. }) => match access {
-            Access::Read => open_held_read_only(dir),
-            Access::Write => Err(CliError::Refused(format!(
-                "the file log {} is held by a running service ({holder}): it takes no changes \
-                 from another process; use --admin with that service's admin endpoint",
-                dir.display()
-            ))),
-        },
+        Err(BrokerError::InUse { holder, .. }) => Err(CliError::Refused(format!(
+            "the file log {} is held by a running service ({holder}): it takes no changes \
+             from another process; use --admin with that service's admin endpoint",
+            dir.display()
+        ))),
         Err(other) => Err(other.into()),
     }
 }
 
-/// The read-only view of a file log another process holds: its state as
-/// of that process's last sync, taking no lock and writing nothing
-/// (`FileLogBroker::open_read_only`). Its write calls fail.
-pub fn open_held_read_only(dir: &Path) -> CliResult<FileLogBroker> {
+/// The read-only view of a file log: its state as of its holder's last
+/// sync (all of it, when nobody holds it), taking no lock and writing
+/// nothing (`FileLogBroker::open_read_only`). Its write calls fail.
+pub fn open_read_only(dir: &Path) -> CliResult<FileLogBroker> {
     FileLogBroker::open_read_only(dir).map_err(CliError::from)
 }
 

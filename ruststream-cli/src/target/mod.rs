@@ -19,7 +19,7 @@ use ruststream::{Broker, EntryId, FileLogBroker};
 use ruststream_redis::{RedisBroker, RedisConfig};
 
 pub use admin::AdminClient;
-pub use filelog::{open_file_log, open_held_read_only};
+pub use filelog::{open_file_log, open_read_only};
 
 use crate::error::{CliError, CliResult};
 use crate::model::{DeadLetterRow, EntryRow, GroupSummary, PendingRow, PruneResult, StreamSummary};
@@ -111,7 +111,7 @@ impl Target {
     }
 
     /// Opens the target for `access`: a file log is opened here (read-only
-    /// when a service holds it and `access` is [`Access::Read`]); Redis
+    /// for [`Access::Read`]); Redis
     /// and the admin endpoint connect on the first call.
     pub fn connect(&self, access: Access) -> CliResult<Conn> {
         match self {
