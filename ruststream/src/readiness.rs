@@ -82,6 +82,10 @@ impl fmt::Display for Readiness {
 /// No handler is running.
 const NONE_RUNNING: u64 = u64::MAX;
 
+/// How many entries the poison map keeps at most between readiness
+/// checks (see [`Signals::poison_seen`]).
+const POISON_KEPT: usize = 10_000;
+
 /// What one subscription's task records for the readiness checks. Times
 /// are nanoseconds since the subscription's epoch (tokio's clock, so a
 /// paused test clock drives them).
@@ -152,7 +156,11 @@ impl Signals {
             .store(since.unwrap_or(NONE_RUNNING), Ordering::Relaxed);
     }
 
-    /// An entry past the poison bound was delivered.
+    /// An entry past the poison bound was delivered. The map is pruned by
+    /// readiness checks (to the poison window); without any (no probe),
+    /// entries settled elsewhere would stay, so past [`POISON_KEPT`] the
+    /// older half is forgotten (the report only needs the loop's size and
+    /// its first entry).
     pub(crate) fn poison_seen(&self, id: EntryId) {
         let now = self.now();
         let mut poison = self
@@ -160,6 +168,12 @@ impl Signals {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         poison.insert(id, now);
+        if poison.len() > POISON_KEPT {
+            let mut times: Vec<u64> = poison.values().copied().collect();
+            let half = times.len() / 2;
+            let (_, &mut cutoff, _) = times.select_nth_unstable(half);
+            poison.retain(|_, last| *last >= cutoff);
+        }
         self.poison_len.store(poison.len(), Ordering::Relaxed);
     }
 
@@ -239,5 +253,35 @@ impl Signals {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod memory_bounds {
+    use super::*;
+
+    /// Entries delivered past the poison bound here, then settled by
+    /// another instance (a delayed retry taken by another consumer, a
+    /// claiming retry left in place and claimed elsewhere, a dead letter
+    /// made by another consumer's read): this subscription never sees
+    /// them settled. In a service whose readiness is never asked for (no
+    /// admin server, no probe), nothing else prunes the map.
+    #[tokio::test(start_paused = true)]
+    async fn poison_records_of_entries_settled_elsewhere_are_forgotten() {
+        let signals = Signals::new();
+        for i in 0..100_000u64 {
+            signals.poison_seen(EntryId::new(1_000 + i, 0));
+            if i % 1_000 == 0 {
+                tokio::time::advance(Duration::from_secs(60)).await;
+            }
+        }
+        // Long past the poison window (5 minutes by default).
+        tokio::time::advance(Duration::from_secs(3_600)).await;
+        let kept = signals
+            .poison
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
+        assert!(kept <= 10_000, "poison records kept: {kept}");
     }
 }

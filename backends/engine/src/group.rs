@@ -296,6 +296,7 @@ impl Group {
             queue.retain(|&(since, id)| self.is_current(since, id));
             self.held_by_time = queue;
         }
+        crate::shrink_if_oversized(&mut self.held_by_time);
     }
 
     pub(crate) fn holds(&self, id: &EntryId) -> bool {

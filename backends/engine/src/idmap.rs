@@ -26,7 +26,7 @@ const SLACK: usize = 64;
 #[derive(Debug, Clone)]
 pub(crate) struct IdMap<V> {
     /// Sorted by id; `None` marks a removed entry. Neither end is `None`.
-    slots: VecDeque<(EntryId, Option<V>)>,
+    pub(crate) slots: VecDeque<(EntryId, Option<V>)>,
     live: usize,
 }
 
@@ -136,7 +136,8 @@ impl<V> IdMap<V> {
         }
         if rest.is_empty() {
             // Front pops leave no tombstone at either end and only lower the
-            // tombstone count, so there is nothing to tidy.
+            // tombstone count, so there is nothing to tidy but the size.
+            crate::shrink_if_oversized(&mut self.slots);
             return;
         }
         if !rest.is_sorted() {
@@ -174,7 +175,8 @@ impl<V> IdMap<V> {
     }
 
     /// Pops tombstones off both ends, and sweeps them out once they
-    /// outnumber the live entries.
+    /// outnumber the live entries. A buffer left much larger than what it
+    /// holds (after a burst) is shrunk, so memory follows the working set.
     fn tidy(&mut self) {
         while self.slots.front().is_some_and(|(_, v)| v.is_none()) {
             self.slots.pop_front();
@@ -185,6 +187,7 @@ impl<V> IdMap<V> {
         if self.slots.len() > 2 * self.live + SLACK {
             self.slots.retain(|(_, v)| v.is_some());
         }
+        crate::shrink_if_oversized(&mut self.slots);
     }
 
     /// The largest id in the map.

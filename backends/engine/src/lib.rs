@@ -131,5 +131,18 @@ impl Engine {
     }
 }
 
+/// Gives memory back from a queue left much larger than what it holds
+/// (after a burst of pending entries, say): shrunk to twice its length
+/// once its capacity is over four times that (plus slack), so memory
+/// follows the working set, and a queue that grows and shrinks around one
+/// size is never reallocated.
+fn shrink_if_oversized<T>(queue: &mut std::collections::VecDeque<T>) {
+    const SMALL: usize = 1024;
+    let len = queue.len();
+    if queue.capacity() > 4 * (len + SMALL) {
+        queue.shrink_to(2 * len + SMALL);
+    }
+}
+
 #[cfg(test)]
 mod tests;

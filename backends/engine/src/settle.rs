@@ -221,6 +221,11 @@ impl Engine {
                 g.set_times_delivered(id, times_delivered);
             }
         }
+        // Each refresh leaves the entry's old record in the idle index
+        // stale: dropped here too, not only by reads, so a subscription
+        // whose handlers are stuck (it refreshes, and nobody reads) does
+        // not grow it without end.
+        g.prune_held();
         if n > 0 {
             // A consumer refreshing its claims is alive (as Redis's XCLAIM
             // marks it seen).

@@ -268,8 +268,8 @@ where
                 let env = &self.pipeline.env;
                 let min_idle = env.claimed_after.unwrap_or(Duration::ZERO);
                 let keep = min_idle + super::claims::live_window(env);
-                self.left.note(self.decisions.take_left(), keep);
                 self.outbox.push(&mut self.decisions);
+                self.left.note(self.decisions.take_left(), keep);
             }
             let counters = &self.pipeline.env.counters;
             counters

@@ -125,8 +125,22 @@ impl InHand {
 }
 
 impl Outbox {
-    /// Moves `ops` (left empty, its capacity kept) to the settler.
+    /// Moves `ops` (left empty, its capacity kept, but for the ids of the
+    /// retries left in place: see [`SettleBatch::take_left`]) to the
+    /// settler. A retry left in place needs no broker call, so the entry
+    /// is out of hand at once: its take-back, if any, is forgotten here.
     pub(super) fn push(&self, ops: &mut SettleBatch) {
+        if !ops.left_ids.is_empty() {
+            let mut taken = self
+                .taken_back
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !taken.is_empty() {
+                for id in &ops.left_ids {
+                    taken.remove(id);
+                }
+            }
+        }
         self.ops
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -720,5 +734,45 @@ impl Attempts {
             }
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod memory_bounds {
+    use super::*;
+
+    /// Each entry was handed out again while a lane ran it (a claim
+    /// refresh that did not land, then a claiming read: `skip_in_hand`
+    /// notes `taken_back`), and its handler then asked for a retry on a
+    /// claiming subscription without a backoff (`Decision::Leave`): the
+    /// batch carrying the decision is taken and applied as the settler
+    /// does. Nothing of the take-back should outlive the decision.
+    #[tokio::test]
+    async fn take_backs_of_entries_left_in_place_are_forgotten() {
+        let outbox = Outbox::default();
+        let mut into = SettleBatch::default();
+        for i in 0..10_000u64 {
+            let id = EntryId::new(1_000 + i, 0);
+            outbox.taken_back(id, 2);
+            let mut decisions = SettleBatch::default();
+            decisions.add(Decision::Leave(id));
+            outbox.push(&mut decisions);
+            // The task takes the left ids out after the hand-over.
+            let _: Vec<EntryId> = decisions.take_left().collect();
+            assert!(outbox.take(&mut into).await);
+            // (Applying a batch of only `Leave`s calls the broker for
+            // nothing.)
+            into = SettleBatch::default();
+            outbox.applied();
+        }
+        let kept = outbox
+            .taken_back
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        assert!(
+            kept <= 1024,
+            "take-backs kept after their decisions: {kept}"
+        );
     }
 }

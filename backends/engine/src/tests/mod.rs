@@ -21,6 +21,7 @@ mod determinism;
 mod groups;
 mod info;
 mod journal;
+mod memory_bounds;
 mod reads;
 mod settle;
 mod streams;
