@@ -83,7 +83,9 @@
 //! - **An I/O error fails its own call.** The call gets
 //!   [`BrokerError::Io`], what it wrote is cut back off the files, and it
 //!   is taken back out of memory: no reader sees it, and other calls and
-//!   streams go on.
+//!   streams go on. Only a write of nothing but consumers' seen times (a
+//!   read that found nothing) is best-effort: cut back and logged, it
+//!   fails nothing (`FORMAT.md`).
 //! - **A failed fsync stops the broker** (fail-stop): after one, the kernel
 //!   may have dropped the unwritten pages, so nothing since the last good
 //!   sync can be trusted. Publishes waiting for that sync, and every call

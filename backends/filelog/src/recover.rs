@@ -576,6 +576,7 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
         wants_compaction: false,
         compaction_retry_at: 0,
         undo: None,
+        seen_unwritten: false,
         created_streams: Vec::new(),
         entry_buf: Vec::new(),
         runs: Vec::new(),

@@ -127,6 +127,9 @@ pub(crate) struct Store {
     pub(crate) compaction_retry_at: u64,
     /// What to take back from the engine after the last call failed.
     pub(crate) undo: Option<UndoPlan>,
+    /// A write of only seen times failed and no write has succeeded since:
+    /// the failure was logged once (see [`Store::seen_times_unwritten`]).
+    pub(crate) seen_unwritten: bool,
     /// Streams whose directory the current call created.
     pub(crate) created_streams: Vec<String>,
     /// Reused buffers.
@@ -796,6 +799,24 @@ impl Store {
         Ok(())
     }
 
+    /// A write of only consumers' seen times (`GroupChange::Seen`) failed
+    /// and was cut back off the journal. Seen times are best-effort: the
+    /// call that saw the consumer (a poll that found nothing) does not
+    /// fail and the engine is not taken back. It still counts the time as
+    /// recorded, so the next record is tried [`SEEN_EVERY_MS`] later, and
+    /// until one lands a reopen may report the consumer idle for longer
+    /// than that bound. Logged once per run of failures.
+    ///
+    /// [`SEEN_EVERY_MS`]: ruststream_engine::SEEN_EVERY_MS
+    fn seen_times_unwritten(&mut self, error: &BrokerError) {
+        if self.seen_unwritten {
+            tracing::debug!(%error, "a consumer's seen time could not be written");
+        } else {
+            self.seen_unwritten = true;
+            tracing::warn!(%error, "consumers' seen times cannot be written (their polls go on; reopened, they may look idle for longer)");
+        }
+    }
+
     /// Whether replaying the journal costs enough, next to the snapshot, to
     /// be worth a compaction now.
     pub(crate) fn journal_outgrew_snapshot(&self) -> bool {
@@ -872,6 +893,10 @@ impl Persistence for Store {
             .syncer
             .check()
             .and_then(|()| self.write_changes(changes));
+        if written.is_ok() && self.seen_unwritten {
+            self.seen_unwritten = false;
+            tracing::info!("the journal takes writes again: consumers' seen times are recorded");
+        }
         let result = match written {
             // Drained, not taken: the buffer is reused by the next call.
             // Only seen times (a poll that found nothing): written, and
@@ -880,6 +905,13 @@ impl Persistence for Store {
                 Ok(self.syncer.register_lazy(self.touched.drain(..)))
             }
             Ok(()) => Ok(self.syncer.register(self.touched.drain(..))),
+            // Only seen times, cut back off the journal again
+            // (`Store::write_changes`): best-effort, the call stands.
+            Err(error) if only_seen_times(changes) && !self.syncer.stopped() => {
+                self.touched.clear();
+                self.seen_times_unwritten(&error);
+                Ok(self.syncer.register_lazy([]))
+            }
             Err(error) => {
                 self.touched.clear();
                 // A stopped store takes no more calls: nothing to take back

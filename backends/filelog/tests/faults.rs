@@ -394,3 +394,30 @@ async fn a_failed_call_of_any_kind_leaves_every_stream_as_it_was() {
     let b = FileLogBroker::open(&dir.0).unwrap();
     assert_eq!(observe_with(&b, false).await, live);
 }
+
+/// Seen times are best-effort: a poll that finds nothing does not fail
+/// when the journal cannot take its consumer's seen time (a full disk),
+/// nor is it taken back (a rebuild, once a second per idle consumer); what
+/// it wrote is cut back off the journal as a failed call's is.
+#[tokio::test(start_paused = true)]
+async fn an_empty_poll_does_not_fail_when_its_seen_time_cannot_be_written() {
+    let dir = TempDir::new();
+    let b = open_with_jobs_group(&dir.0).await;
+    let poll = || b.read(ReadRequest::new("jobs", "g1", "c1", ReadMode::New, 10));
+    poll().await.unwrap();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    // The disk fills up: the next journal write fails.
+    b.inject_write_failure(None);
+    let polled = poll().await;
+    assert!(polled.is_ok(), "an empty poll failed: {polled:?}");
+    // What it wrote was cut back: the log takes more and reopens whole.
+    b.publish("jobs", msg("a")).await.unwrap();
+    drop(b);
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    assert_eq!(payloads(&b, "jobs").await, ["a"]);
+    let read = b
+        .read(ReadRequest::new("jobs", "g1", "c1", ReadMode::New, 10))
+        .await
+        .unwrap();
+    assert_eq!(read.deliveries.len(), 1);
+}
