@@ -393,6 +393,32 @@ impl Engine {
         Ok(())
     }
 
+    /// After a rebuild that took the group state of the streams `from_memory`
+    /// accepts from `old`'s [`Engine::snapshot`] (taking a failed call
+    /// back), puts back each of their consumers' recorded seen time as
+    /// `old` had it. A snapshot writes each seen time exactly, and restored
+    /// that counts as recorded; in memory it may not be (see
+    /// [`crate::SEEN_EVERY_MS`]), and counting it so would put off the next
+    /// record past the bound a reopen relies on. A consumer `old` had
+    /// recorded nothing for stays so, and its next read records. Call it
+    /// after [`Engine::finish_restore`].
+    pub fn keep_seen_recorded(&mut self, old: &Engine, from_memory: impl Fn(&str) -> bool) {
+        for (name, s) in self.streams.iter_mut().filter(|(n, _)| from_memory(n)) {
+            let Some(old_s) = old.streams.get(name) else {
+                continue;
+            };
+            for (group, g) in &mut s.groups {
+                let Some(old_g) = old_s.groups.get(group) else {
+                    continue;
+                };
+                let same = g.consumers.iter_mut().zip(&old_g.consumers);
+                for (c, old_c) in same.filter(|(c, o)| c.name == o.name) {
+                    c.seen_recorded_ms = old_c.seen_recorded_ms;
+                }
+            }
+        }
+    }
+
     /// Ends a rebuild: makes owed again an entry whose retry copy is
     /// missing ([`GroupChange::Copied`]), drops pending entries and dead
     /// letters whose entries are missing (they never became durable),

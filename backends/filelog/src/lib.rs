@@ -605,6 +605,42 @@ mod tests {
         assert!(synced > syncs, "sync() left the seen time unsynced");
     }
 
+    /// After a reopen (a process crash) a consumer's idle time is at most
+    /// `SEEN_EVERY_MS` longer than it was (FORMAT.md, docs/semantics.md),
+    /// also when a failed write in another stream was taken back meanwhile
+    /// (the take-back rebuilds the engine from its own snapshot).
+    #[tokio::test]
+    async fn a_taken_back_write_keeps_the_seen_time_bound_across_a_reopen() {
+        use ruststream_core::{ReadMode, ReadRequest, StreamStart};
+        let dir = temp_dir("seen-undo");
+        let b = FileLogBroker::open(&dir).unwrap();
+        b.ensure_group("jobs", "g", StreamStart::Beginning)
+            .await
+            .unwrap();
+        b.publish("other", Message::new(b"x".to_vec()))
+            .await
+            .unwrap();
+        let poll = || b.read(ReadRequest::new("jobs", "g", "c", ReadMode::New, 10));
+        poll().await.unwrap(); // recorded
+        std::thread::sleep(std::time::Duration::from_millis(900));
+        poll().await.unwrap(); // within the second: not recorded
+        b.inject_write_failure(Some("other"));
+        b.publish("other", Message::new(b"y".to_vec()))
+            .await
+            .unwrap_err();
+        std::thread::sleep(std::time::Duration::from_millis(900));
+        poll().await.unwrap(); // 1.8 s after the last record
+        drop(b);
+        let b = FileLogBroker::open(&dir).unwrap();
+        let idle = idle_ms(&b, "c").await;
+        drop(b);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            idle <= ruststream_engine::SEEN_EVERY_MS + 300,
+            "idle {idle} ms right after a read and a reopen"
+        );
+    }
+
     #[test]
     fn a_message_at_the_limit_is_accepted_and_one_byte_more_is_not() {
         let at_limit = Message::new(vec![0; MAX_MESSAGE_BYTES - 8]);

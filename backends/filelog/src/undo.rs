@@ -192,6 +192,9 @@ pub(crate) fn rebuild(store: &Store, engine: &mut Engine, plan: &UndoPlan) -> Br
     for (stream, group, id) in &report.uncopied {
         tracing::warn!(stream, group, %id, "taking back a failed write put back an entry whose retry copy is not on disk: owed again");
     }
+    // The snapshot's exact seen times are not all on disk: each consumer
+    // restored from memory keeps the recorded time it had.
+    rebuilt.keep_seen_recorded(engine, |stream| !from_disk_or_new.contains(&stream));
     rebuilt.record_changes(true);
     *engine = rebuilt;
     tracing::warn!(
