@@ -393,6 +393,41 @@ impl Engine {
         Ok(())
     }
 
+    /// For the holder of a durable log, after [`Engine::finish_restore`]:
+    /// each live consumer with no recorded seen time (the log was written
+    /// before those were, and the rebuild took it as seen at its end) is
+    /// marked recorded at that time, and the times are returned as
+    /// [`GroupChange::Seen`] records, one [`Change::Group`] per group, for
+    /// the caller to write. A later rebuild of the log (a reopen, or a
+    /// read-only view of it while held) then counts idle times from the
+    /// same moment rather than from its own end. Empty when every consumer
+    /// has one.
+    pub fn take_unrecorded_seen(&mut self) -> Vec<Change> {
+        let mut out = Vec::new();
+        for (name, s) in &mut self.streams {
+            for (group, g) in &mut s.groups {
+                let mut changes = Vec::new();
+                for (consumer, c) in (0u32..).zip(g.consumers.iter_mut()) {
+                    if !c.gone && c.seen_recorded_ms.is_none() {
+                        c.seen_recorded_ms = Some(c.seen_ms);
+                        changes.push(GroupChange::Seen {
+                            consumer,
+                            at_ms: c.seen_ms,
+                        });
+                    }
+                }
+                if !changes.is_empty() {
+                    out.push(Change::Group {
+                        stream: name.clone(),
+                        group: group.clone(),
+                        changes,
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// After a rebuild that took the group state of the streams `from_memory`
     /// accepts from `old`'s [`Engine::snapshot`] (taking a failed call
     /// back), puts back each of their consumers' recorded seen time as
@@ -434,7 +469,8 @@ impl Engine {
     /// before polls that found nothing, so anything earlier could make a
     /// live consumer look idle and get it deleted. Its idle time is then
     /// short by up to the time it had been idle; its next read records its
-    /// seen time.
+    /// seen time, and a durable log's holder records it at once
+    /// ([`Engine::take_unrecorded_seen`]).
     pub fn finish_restore(&mut self, now_ms: u64) -> RestoreReport {
         let mut report = RestoreReport::default();
         for (name, s) in &mut self.streams {

@@ -605,6 +605,67 @@ mod tests {
         assert!(synced > syncs, "sync() left the seen time unsynced");
     }
 
+    /// A log written before seen times: its holder counts a consumer as
+    /// seen at the holder's open, and a read-only view of the held log (the
+    /// CLI's `--dir`: `describe`, `consumers prune --dry-run`) must report
+    /// the same idle time, not restart it at the view's own open.
+    #[tokio::test]
+    async fn a_read_only_view_of_an_old_log_reports_the_holders_idle_time() {
+        use ruststream_engine::{Change, GroupChange};
+        let dir = temp_dir("old-view");
+        let b = FileLogBroker::open(&dir).unwrap();
+        b.ensure_group("jobs", "g", ruststream_core::StreamStart::Beginning)
+            .await
+            .unwrap();
+        let id = b
+            .publish("jobs", Message::new(b"x".to_vec()))
+            .await
+            .unwrap();
+        drop(b);
+        let journal = std::fs::read_dir(dir.join("state"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().ends_with(".log"))
+            .unwrap();
+        let old = Change::Group {
+            stream: "jobs".into(),
+            group: "g".into(),
+            changes: vec![
+                GroupChange::Consumer { name: "c".into() },
+                GroupChange::Held {
+                    id,
+                    consumer: 0,
+                    times_delivered: 1,
+                    since_ms: 1_000,
+                },
+                GroupChange::Cursor { cursor: id },
+                GroupChange::Settled { id },
+            ],
+        };
+        let mut frame = Vec::new();
+        format::write_changes(&mut frame, std::iter::once(&old)).unwrap();
+        std::io::Write::write_all(
+            &mut std::fs::OpenOptions::new()
+                .append(true)
+                .open(&journal)
+                .unwrap(),
+            &frame,
+        )
+        .unwrap();
+        let holder = FileLogBroker::open(&dir).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1_500));
+        let held = idle_ms(&holder, "c").await;
+        let view = FileLogBroker::open_read_only(&dir).unwrap();
+        let viewed = idle_ms(&view, "c").await;
+        drop((view, holder));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(held >= 1_500, "{held}");
+        assert!(
+            viewed + 1_000 >= held,
+            "the holder says idle {held} ms, its read-only view {viewed} ms"
+        );
+    }
+
     /// After a reopen (a process crash) a consumer's idle time is at most
     /// `SEEN_EVERY_MS` longer than it was (FORMAT.md, docs/semantics.md),
     /// also when a failed write in another stream was taken back meanwhile

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use ruststream_core::{BrokerError, BrokerResult, EntryId};
 use ruststream_engine::{Change, Engine};
+use ruststream_local::Persistence;
 
 use crate::format::{self, Frame};
 use crate::lock::{DirLock, holder, lock_dir};
@@ -589,6 +590,19 @@ pub(crate) fn open(dir: &Path, options: FileLogOptions, access: Access) -> Broke
     };
     if !own {
         store.read_only = Some(holder(dir));
+    }
+    // Consumers of a log written before seen times were recorded, taken as
+    // seen now: their holder writes that down, so that a read-only view of
+    // the log (or a reopen) counts their idle time from the same moment.
+    // One record, synced with the next sync (best-effort, as any write of
+    // seen times only).
+    let mut seen = if own {
+        engine.take_unrecorded_seen()
+    } else {
+        Vec::new()
+    };
+    if !seen.is_empty() {
+        store.persist(&mut seen)?;
     }
     let names: Vec<String> = store.streams.keys().cloned().collect();
     for stream in names.into_iter().filter(|_| own) {
