@@ -291,11 +291,19 @@ async fn a_publish_failing_part_way_says_what_was_published() {
     app.shutdown().await;
 }
 
-/// A redrive of more dead letters than one request takes (1,000) whose
-/// second request fails: the error says how many were redriven before it,
-/// and running the command again redrives the rest.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redrive_failing_part_way_says_how_many_were_redriven() {
+/// `n` dead letters in group `dead` of stream `bulk` on a fault injector
+/// whose second redrive request fails before it reaches the broker, behind
+/// app `app_name`'s admin endpoint (token `t`): the injector, the dead
+/// letters' ids, the app and the endpoint's URL.
+async fn dead_letters_behind_a_failing_redrive(
+    n: u32,
+    app_name: &str,
+) -> (
+    std::sync::Arc<ruststream_testkit::FaultyBroker>,
+    Vec<ruststream::EntryId>,
+    ruststream::Running,
+    String,
+) {
     use ruststream_testkit::{CallKind, Fault, FaultyBroker};
     use std::sync::Arc;
 
@@ -305,8 +313,8 @@ async fn a_redrive_failing_part_way_says_how_many_were_redriven() {
         .ensure_group(stream, group, StreamStart::Beginning)
         .await
         .unwrap();
-    for n in 0..2_500u32 {
-        let message = ruststream::Message::new(n.to_string().into_bytes());
+    for i in 0..n {
+        let message = ruststream::Message::new(i.to_string().into_bytes());
         faulty.publish(stream, message).await.unwrap();
     }
     let mut ids = Vec::new();
@@ -318,17 +326,25 @@ async fn a_redrive_failing_part_way_says_how_many_were_redriven() {
         ids.extend(batch.deliveries.iter().map(|d| d.id()));
     }
     let dead = faulty.dead_letter(stream, group, &ids, "failed").await;
-    assert_eq!(dead.unwrap(), 2_500);
-    // The second request's redrive fails before it reaches the broker.
+    assert_eq!(dead.unwrap(), u64::from(n));
     faulty.script(CallKind::Redrive, 2, Fault::Before);
     let (gate, _state) = Gate::new("orders", "billing");
-    let app = RustStream::new(AppInfo::new("cli-admin-part-way", "0")).with_shared_broker(
-        faulty.clone(),
-        |b| {
+    let app =
+        RustStream::new(AppInfo::new(app_name, "0")).with_shared_broker(faulty.clone(), |b| {
             b.include(gate);
-        },
-    );
+        });
     let (app, url) = serve_admin(app, Some("t")).await.unwrap();
+    (faulty, ids, app, url)
+}
+
+/// A redrive of more dead letters than one request takes (1,000) whose
+/// second request fails: the error says how many were redriven before it,
+/// and running the command again redrives the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_failing_part_way_says_how_many_were_redriven() {
+    let (faulty, _ids, app, url) =
+        dead_letters_behind_a_failing_redrive(2_500, "cli-admin-part-way").await;
+    let (stream, group) = ("bulk", "dead");
     let a = ["--admin", url.as_str(), "--token", "t"];
 
     cli_in(&a, "redrive bulk dead --all --yes").await.fails(
@@ -351,39 +367,9 @@ async fn a_redrive_failing_part_way_says_how_many_were_redriven() {
 /// (listing them as `skipped`) and redrives the other 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redrive_by_ids_run_again_after_failing_part_way_redrives_the_rest() {
-    use ruststream_testkit::{CallKind, Fault, FaultyBroker};
-    use std::sync::Arc;
-
-    let faulty = Arc::new(FaultyBroker::new(Arc::new(MemoryBroker::new()), 1));
+    let (faulty, ids, app, url) =
+        dead_letters_behind_a_failing_redrive(1_500, "cli-admin-rerun").await;
     let (stream, group) = ("bulk", "dead");
-    faulty
-        .ensure_group(stream, group, StreamStart::Beginning)
-        .await
-        .unwrap();
-    for n in 0..1_500u32 {
-        let message = ruststream::Message::new(n.to_string().into_bytes());
-        faulty.publish(stream, message).await.unwrap();
-    }
-    let mut ids = Vec::new();
-    loop {
-        let batch = read_new(&*faulty, (stream, group, "c"), 1_000).await;
-        if batch.is_empty() {
-            break;
-        }
-        ids.extend(batch.deliveries.iter().map(|d| d.id()));
-    }
-    let dead = faulty.dead_letter(stream, group, &ids, "failed").await;
-    assert_eq!(dead.unwrap(), 1_500);
-    // The second request's redrive fails before it reaches the broker.
-    faulty.script(CallKind::Redrive, 2, Fault::Before);
-    let (gate, _state) = Gate::new("orders", "billing");
-    let app = RustStream::new(AppInfo::new("cli-admin-rerun", "0")).with_shared_broker(
-        faulty.clone(),
-        |b| {
-            b.include(gate);
-        },
-    );
-    let (app, url) = serve_admin(app, Some("t")).await.unwrap();
 
     let texts: Vec<String> = ids.iter().map(ToString::to_string).collect();
     let mut command = vec![

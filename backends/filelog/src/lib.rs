@@ -409,11 +409,7 @@ mod tests {
             .await
             .unwrap();
         drop(b);
-        let journal = std::fs::read_dir(dir.join("state"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.to_string_lossy().ends_with(".log"))
-            .unwrap();
+        let journal = journal_of(&dir);
         let offset = std::fs::metadata(&journal).unwrap().len();
         let bad = ruststream_engine::Change::Group {
             stream: "jobs".into(),
@@ -505,15 +501,21 @@ mod tests {
         assert!(idle < 60_000, "{idle}");
     }
 
-    /// A log written before seen times were journaled (a consumer joined
-    /// and held an entry long ago, no seen record) opens, and its consumer
-    /// counts as seen at the open: not idle since the epoch, nor since its
-    /// last delivery, so a prune by idle time does not delete it at once.
-    #[tokio::test(start_paused = true)]
-    async fn a_log_without_seen_times_opens_with_its_consumers_seen_at_the_open() {
+    /// The group state's journal file in `dir`.
+    fn journal_of(dir: &std::path::Path) -> std::path::PathBuf {
+        std::fs::read_dir(dir.join("state"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().ends_with(".log"))
+            .unwrap()
+    }
+
+    /// A log in `dir` as the code before seen records wrote it: stream
+    /// `jobs`, group `g`, consumer `c` that read and acked one entry (held
+    /// since 1 s after the epoch), and no seen record.
+    async fn write_an_old_style_log(dir: &std::path::Path) {
         use ruststream_engine::{Change, GroupChange};
-        let dir = temp_dir("no-seen");
-        let b = FileLogBroker::open(&dir).unwrap();
+        let b = FileLogBroker::open(dir).unwrap();
         b.ensure_group("jobs", "g", ruststream_core::StreamStart::Beginning)
             .await
             .unwrap();
@@ -522,12 +524,6 @@ mod tests {
             .await
             .unwrap();
         drop(b);
-        let journal = std::fs::read_dir(dir.join("state"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.to_string_lossy().ends_with(".log"))
-            .unwrap();
-        // What the code before seen records wrote for a read and an ack.
         let old = Change::Group {
             stream: "jobs".into(),
             group: "g".into(),
@@ -548,11 +544,21 @@ mod tests {
         std::io::Write::write_all(
             &mut std::fs::OpenOptions::new()
                 .append(true)
-                .open(&journal)
+                .open(journal_of(dir))
                 .unwrap(),
             &frame,
         )
         .unwrap();
+    }
+
+    /// A log written before seen times were journaled (a consumer joined
+    /// and held an entry long ago, no seen record) opens, and its consumer
+    /// counts as seen at the open: not idle since the epoch, nor since its
+    /// last delivery, so a prune by idle time does not delete it at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_log_without_seen_times_opens_with_its_consumers_seen_at_the_open() {
+        let dir = temp_dir("no-seen");
+        write_an_old_style_log(&dir).await;
         let b = FileLogBroker::open(&dir).unwrap();
         let idle = idle_ms(&b, "c").await;
         let deleted = b
@@ -579,11 +585,7 @@ mod tests {
         let poll = || b.read(ReadRequest::new("jobs", "g", "c", ReadMode::New, 10));
         poll().await.unwrap();
         b.sync().await.unwrap();
-        let journal = std::fs::read_dir(dir.join("state"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.to_string_lossy().ends_with(".log"))
-            .unwrap();
+        let journal = journal_of(&dir);
         let len = || std::fs::metadata(&journal).unwrap().len();
         let (syncs, size) = (b.syncs(), len());
         tokio::time::advance(std::time::Duration::from_millis(500)).await;
@@ -611,47 +613,8 @@ mod tests {
     /// the same idle time, not restart it at the view's own open.
     #[tokio::test]
     async fn a_read_only_view_of_an_old_log_reports_the_holders_idle_time() {
-        use ruststream_engine::{Change, GroupChange};
         let dir = temp_dir("old-view");
-        let b = FileLogBroker::open(&dir).unwrap();
-        b.ensure_group("jobs", "g", ruststream_core::StreamStart::Beginning)
-            .await
-            .unwrap();
-        let id = b
-            .publish("jobs", Message::new(b"x".to_vec()))
-            .await
-            .unwrap();
-        drop(b);
-        let journal = std::fs::read_dir(dir.join("state"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.to_string_lossy().ends_with(".log"))
-            .unwrap();
-        let old = Change::Group {
-            stream: "jobs".into(),
-            group: "g".into(),
-            changes: vec![
-                GroupChange::Consumer { name: "c".into() },
-                GroupChange::Held {
-                    id,
-                    consumer: 0,
-                    times_delivered: 1,
-                    since_ms: 1_000,
-                },
-                GroupChange::Cursor { cursor: id },
-                GroupChange::Settled { id },
-            ],
-        };
-        let mut frame = Vec::new();
-        format::write_changes(&mut frame, std::iter::once(&old)).unwrap();
-        std::io::Write::write_all(
-            &mut std::fs::OpenOptions::new()
-                .append(true)
-                .open(&journal)
-                .unwrap(),
-            &frame,
-        )
-        .unwrap();
+        write_an_old_style_log(&dir).await;
         let holder = FileLogBroker::open(&dir).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(1_500));
         let held = idle_ms(&holder, "c").await;
