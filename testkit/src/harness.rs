@@ -138,8 +138,12 @@ impl fmt::Debug for TestApp {
 
 impl TestApp {
     /// Starts `app` with its brokers replaced by a fresh memory broker, and
-    /// lets it settle. Must run on a current-thread tokio runtime
-    /// (`#[tokio::test]`); the clock is paused here if it is not already.
+    /// lets it settle. Must run on a current-thread tokio runtime, best
+    /// started paused (`#[tokio::test(start_paused = true)]`). The clock is
+    /// paused here if it is not already, but a clock paused while it runs
+    /// is off the timers' millisecond grid: a chain of timers (a retry
+    /// after a retry) then runs up to a millisecond late per step, and one
+    /// [`TestApp::advance`] over the whole chain stops short of its end.
     pub async fn start(app: impl App) -> Result<TestApp, StartError> {
         TestApp::start_on(app, MemoryBroker::new()).await
     }

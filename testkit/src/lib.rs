@@ -3,7 +3,8 @@
 //! - [`TestApp`]: runs a whole app in process on a memory broker and
 //!   tokio's paused clock, so that a 30-second claim timeout is tested in
 //!   microseconds; records what every subscriber received and how it was
-//!   settled.
+//!   settled. Start the test's runtime paused
+//!   (`#[tokio::test(start_paused = true)]`; see [`TestApp::start`]).
 //! - [`conformance`]: the broker conformance suite (`docs/semantics.md`), one
 //!   parameterised set of tests that every backend runs.
 //! - [`serve_admin`]: starts an app with its admin endpoint on a free
@@ -26,7 +27,7 @@
 //!     if job.n == 0 { HandlerOutcome::retry_after(Duration::from_secs(60)) } else { HandlerOutcome::ack() }
 //! }
 //!
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
 //! let app = RustStream::new(AppInfo::new("jobs", "0.1.0"))
 //!     .with_broker(MemoryBroker::new(), |b| { b.include(work); });
