@@ -50,6 +50,15 @@ const BEHIND_AFTER: u32 = 2;
 /// that does not answer at all should not pile calls up without end.
 const IN_FLIGHT: usize = 8;
 
+/// How a read that takes idle entries reads while the subscription holds
+/// entries ([`KeepAlive::idle_read`]).
+pub(super) struct IdleRead {
+    /// Whether it names the entries held (`ReadRequest::held`).
+    pub(super) name_held: bool,
+    /// The longest it may wait.
+    pub(super) wait: Duration,
+}
+
 /// The keep-alive of one subscription's claims.
 pub(super) struct KeepAlive<'a> {
     env: &'a Env,
@@ -103,9 +112,30 @@ impl<'a> KeepAlive<'a> {
         }
     }
 
-    /// How often the claims are refreshed.
-    pub(super) fn every(&self) -> Duration {
-        self.every
+    /// How a read that takes idle entries (claiming, reclaim) reads while
+    /// the subscription holds entries. While the refreshes are failing or
+    /// slow ([`KeepAlive::behind`]) it names what is held, for the broker
+    /// to refresh first (`ReadRequest::held`), and waits one interval at
+    /// most: an entry settled meanwhile (a retry left pending for a
+    /// claiming read to take) must not be kept fresh by a list gone stale.
+    /// Otherwise it names nothing and waits no longer than the claims stay
+    /// fresh ([`KeepAlive::fresh_for`]; an interval once that has passed).
+    pub(super) fn idle_read(&self) -> IdleRead {
+        if self.behind() {
+            return IdleRead {
+                name_held: true,
+                wait: self.every,
+            };
+        }
+        let fresh_for = self.fresh_for();
+        IdleRead {
+            name_held: false,
+            wait: if fresh_for.is_zero() {
+                self.every
+            } else {
+                fresh_for
+            },
+        }
     }
 
     /// How long the claims on held entries stay safely fresh: until no
@@ -113,7 +143,7 @@ impl<'a> KeepAlive<'a> {
     /// A read that takes idle entries and names none waits no longer than
     /// this, so it cannot take back an entry whose claim lapsed while it
     /// waited.
-    pub(super) fn fresh_for(&self) -> Duration {
+    fn fresh_for(&self) -> Duration {
         (self.fresh_since + self.every * BEHIND_AFTER)
             .saturating_duration_since(tokio::time::Instant::now())
     }
@@ -126,7 +156,7 @@ impl<'a> KeepAlive<'a> {
     /// for, an entry it still works on. (Only failing or slow refreshes
     /// count, not time alone: a paused clock moved on in one step is no
     /// reason to keep entries fresh that a retry left to be claimed.)
-    pub(super) fn behind(&self) -> bool {
+    fn behind(&self) -> bool {
         self.failed.is_some_and(|failed| failed >= self.fresh_since)
             || self
                 .calls

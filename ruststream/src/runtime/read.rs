@@ -37,7 +37,7 @@ use ruststream_core::{
     StreamStart,
 };
 
-use super::claims::KeepAlive;
+use super::claims::{IdleRead, KeepAlive};
 use super::own_pending::{Look, TwinLook, TwinWatch, look_for_a_twin, recheck_after_a_lost_read};
 use super::room::SettledSignal;
 use super::settle::Outbox;
@@ -179,12 +179,10 @@ impl<'a> Reader<'a> {
     /// settler's signal). `stopping` forbids reading.
     ///
     /// `in_lanes` is how many entries the lanes hold, and `holding` lists
-    /// them (asked for only by a re-check). `claims` is the keep-alive (how
-    /// long the claims on what the subscription holds stay fresh:
-    /// [`KeepAlive::fresh_for`]) and what the subscription holds: a read that takes idle entries waits no longer
-    /// than that while anything is held, and once the claims are behind,
-    /// it names what is held (`ReadRequest::held`), so that it cannot take
-    /// back an entry the subscription still works on.
+    /// them (asked for only by a re-check). `claims` is the keep-alive and
+    /// what the subscription holds: a read that takes idle entries while
+    /// anything is held reads as [`KeepAlive::idle_read`] says, so that it
+    /// cannot take back an entry the subscription still works on.
     pub(super) fn maybe_read(
         &mut self,
         stopping: bool,
@@ -261,20 +259,10 @@ impl<'a> Reader<'a> {
         let mut held = Vec::new();
         let mut request = ReadRequest::new(env.stream(), env.group(), &env.consumer, mode, count);
         if unsettled > 0 && request.takes_idle() {
-            let wait = if keep_alive.behind() {
-                // Named for one refresh interval at most: an entry settled
-                // meanwhile (a retry left pending for a claiming read to
-                // take) must not be kept fresh by a list gone stale.
+            let IdleRead { name_held, wait } = keep_alive.idle_read();
+            if name_held {
                 held = in_hand();
-                keep_alive.every()
-            } else {
-                let fresh_for = keep_alive.fresh_for();
-                if fresh_for.is_zero() {
-                    keep_alive.every()
-                } else {
-                    fresh_for
-                }
-            };
+            }
             block = block.map(|b| b.min(wait));
         }
         self.asked = count;
