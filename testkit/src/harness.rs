@@ -149,7 +149,10 @@ impl TestApp {
     }
 
     /// Like [`TestApp::start`], on a given memory broker (for example one
-    /// already holding entries, or shared with a second app).
+    /// already holding entries, or shared with a second app). Returns once
+    /// nothing changes without moving the clock: a slow handler of an entry
+    /// the broker held may still run (move the clock with
+    /// [`TestApp::advance`]).
     pub async fn start_on(app: impl App, broker: MemoryBroker) -> Result<TestApp, StartError> {
         pause_clock();
         let recorder = Arc::new(Recorder::default());
@@ -166,7 +169,9 @@ impl TestApp {
             publisher: Publisher::new(shared),
             recorder,
         };
-        tb.run_until_quiet().await;
+        // Until nothing changes: a handler of an entry the broker already
+        // held may be waiting on a timer, which only `advance` ends.
+        tb.run_until(STEP_BUDGET, false).await;
         Ok(tb)
     }
 
@@ -221,15 +226,27 @@ impl TestApp {
     ///
     /// If the service is still busy after `rounds` rounds.
     pub async fn run_until_quiet_within(&self, rounds: usize) {
-        let mut last = (u64::MAX, usize::MAX);
+        self.run_until(rounds, true).await;
+    }
+
+    /// Runs the service until nothing changes for [`QUIET_ROUNDS`] rounds
+    /// and, with `settled`, every entry read is settled or waits on the
+    /// clock; panics after `rounds` rounds.
+    async fn run_until(&self, rounds: usize, settled: bool) {
+        let mut last = (u64::MAX, usize::MAX, u64::MAX);
         let mut still = 0;
         for _ in 0..rounds {
             for _ in 0..YIELDS_PER_ROUND {
                 tokio::task::yield_now().await;
             }
-            let now = (self.running.read_so_far(), self.recorder.lock().len());
-            let settled = self.running.in_flight() == self.running.waiting_on_the_clock();
-            if settled && now == last {
+            let in_flight = self.running.in_flight();
+            let now = (
+                self.running.read_so_far(),
+                self.recorder.lock().len(),
+                in_flight,
+            );
+            let done = !settled || in_flight == self.running.waiting_on_the_clock();
+            if done && now == last {
                 still += 1;
                 if still >= QUIET_ROUNDS {
                     return;
@@ -251,12 +268,20 @@ impl TestApp {
 
     /// Moves the paused clock forward by `d`, letting every timer of the
     /// service (claims falling idle, delayed retries, handlers' sleeps) fire
-    /// at its own time along the way, then runs until quiet.
+    /// at its own time along the way, then runs until nothing more changes
+    /// without moving the clock. A handler whose own timer ends after `d`
+    /// is still running then: the next `advance` goes on from there, so a
+    /// test can step through a slow handler.
+    ///
+    /// # Panics
+    ///
+    /// If the service keeps changing for [`STEP_BUDGET`] rounds after the
+    /// clock has moved (a loop that never ends).
     pub async fn advance(&self, d: Duration) {
         // Sleeping on a paused clock auto-advances it from timer to timer,
         // so the service sees time pass in order, as it would for real.
         tokio::time::sleep(d).await;
-        self.run_until_quiet().await;
+        self.run_until(STEP_BUDGET, false).await;
     }
 
     /// Every delivery `subscriber` handled, in order.

@@ -96,3 +96,27 @@ async fn raw_entries_and_dead_letters_are_visible() {
     assert_eq!(tb.broker().group_info("raw", "g").await.unwrap().pending, 0);
     tb.shutdown().await;
 }
+
+#[subscriber(RedisStream::new("slow-steps").group("g"))]
+async fn sleeps_ten_seconds(_job: &Echo) {
+    tokio::time::sleep(Duration::from_secs(10)).await;
+}
+
+/// `advance` steps through a handler whose own sleep lasts longer than one
+/// step: the first five seconds leave it running (no panic: the clock did
+/// move), the next five end it.
+#[tokio::test(start_paused = true)]
+async fn advance_steps_through_a_sleeping_handler() {
+    let app =
+        RustStream::new(AppInfo::new("slow-steps", "0")).with_broker(MemoryBroker::new(), |b| {
+            b.include(sleeps_ten_seconds);
+        });
+    let tb = TestApp::start(app).await.unwrap();
+    tb.publish(&Echo { n: 0 }).to("slow-steps").await.unwrap();
+    tb.advance(Duration::from_secs(5)).await;
+    assert!(tb.received("sleeps_ten_seconds").is_empty());
+    tb.advance(Duration::from_secs(5)).await;
+    assert_eq!(tb.received("sleeps_ten_seconds").len(), 1);
+    assert!(tb.pending("slow-steps", "g").await.is_empty());
+    tb.shutdown().await;
+}
