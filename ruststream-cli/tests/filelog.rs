@@ -401,8 +401,8 @@ async fn a_publish_failing_after_its_first_batch_says_what_was_published() {
     );
 }
 
-/// A header holding a line break is escaped onto its line, as payloads
-/// are: `tail` prints one line per entry, and `dead-letters show` one line
+/// A header (or a dead letter's reason) holding a line break is escaped
+/// onto its line, as payloads are: `tail` prints one line per entry, and `dead-letters show` one line
 /// per header, so that no header reads as another entry or field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_with_line_breaks_print_on_one_line() {
@@ -417,7 +417,9 @@ async fn headers_with_line_breaks_print_on_one_line() {
     b.publish("jobs", Message::new("two")).await.unwrap();
     let batch = read_new(&b, ("jobs", "g", "c"), 1).await;
     let id = batch.deliveries[0].id();
-    b.dead_letter("jobs", "g", &[id], "bad").await.unwrap();
+    b.dead_letter("jobs", "g", &[id], "bad\nforged")
+        .await
+        .unwrap();
     b.sync().await.unwrap();
     let d = dir.arg();
     let d = d.as_str();
@@ -443,6 +445,9 @@ async fn headers_with_line_breaks_print_on_one_line() {
         Some("  no\\nte: first\\n1796172361835-0  forged\n"),
         "{shown}"
     );
+    // The reason too: a line break in it forges no line of its own.
+    assert!(shown.contains("bad\\nforged"), "{shown}");
+    assert!(!shown.lines().any(|line| line == "forged"), "{shown}");
     drop(b);
 }
 

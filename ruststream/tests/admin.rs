@@ -549,6 +549,27 @@ async fn the_bearer_scheme_is_case_insensitive() {
     assert_eq!(status, StatusCode::OK);
 }
 
+/// A route asked with a method it does not take answers 405 with a JSON
+/// error, as every other error does.
+#[tokio::test]
+async fn a_wrong_method_gets_a_json_error() {
+    let (_broker, app, base) = start("admin-wrong-method", None).await;
+    let response = reqwest::Client::new()
+        .post(format!("{base}/health/live"))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = response.text().await.unwrap();
+    app.shutdown().await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{body}");
+    let json: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        json["error"].as_str().is_some_and(|e| e.contains("POST")),
+        "{body}"
+    );
+}
+
 /// The token works whichever builder call comes first: `admin_token`
 /// before `admin(addr)` turns the write routes on just the same.
 #[tokio::test]

@@ -118,7 +118,7 @@ pub(super) async fn show(target: &Target, format: Format, args: DeadLetterShow) 
             let mut out = fields(&[
                 ("id", letter.id.to_string()),
                 ("original id", letter.original_id()),
-                ("reason", letter.reason.clone()),
+                ("reason", escaped(&letter.reason)),
                 ("deliveries", letter.times_delivered.to_string()),
                 ("dead since", timestamp(letter.dead_at_ms)),
             ]);

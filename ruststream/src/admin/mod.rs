@@ -146,6 +146,14 @@ fn router(state: Arc<AdminState>) -> Router {
         .fallback(|uri: axum::http::Uri| async move {
             json::ApiError::not_found(format!("no route {uri} (see docs/operations.md)"))
         })
+        .method_not_allowed_fallback(
+            |method: axum::http::Method, uri: axum::http::Uri| async move {
+                json::ApiError {
+                    status: axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                    message: format!("{uri} does not take {method} (see docs/operations.md)"),
+                }
+            },
+        )
         .with_state(state)
 }
 
