@@ -49,6 +49,16 @@ impl Keys {
     fn target(&self) -> [&str; 2] {
         ["--redis", self.url.as_str()]
     }
+
+    /// A broker on the server, with group `g` on `stream` from its
+    /// beginning.
+    async fn broker_with_group(&self, stream: &str) -> RedisBroker {
+        let b = RedisBroker::standalone(self.url.clone());
+        b.ensure_group(stream, "g", StreamStart::Beginning)
+            .await
+            .unwrap();
+        b
+    }
 }
 
 impl Drop for Keys {
@@ -76,10 +86,7 @@ async fn reads_prune_publish_and_tail_on_redis() {
         return;
     };
     let (r, s) = (keys.target(), keys.streams[0].as_str());
-    let b = RedisBroker::standalone(keys.url.clone());
-    b.ensure_group(s, "g", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = keys.broker_with_group(s).await;
     for text in ["job-1", "poison-1", "poison-2"] {
         b.publish(s, Message::new(text)).await.unwrap();
     }
@@ -317,10 +324,7 @@ async fn prune_leaves_owed_entries_pending() {
         return;
     };
     let (r, s) = (keys.target(), keys.streams[0].as_str());
-    let b = RedisBroker::standalone(keys.url.clone());
-    b.ensure_group(s, "g", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = keys.broker_with_group(s).await;
     b.publish(s, Message::new("a")).await.unwrap();
     b.publish(s, Message::new("b")).await.unwrap();
     let batch = read_new(&b, (s, "g", "c"), 2).await;

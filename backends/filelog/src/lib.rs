@@ -480,25 +480,26 @@ mod tests {
             .await
             .unwrap();
         drop(b);
+        let reopened = async || {
+            let b = FileLogBroker::open(&dir).unwrap();
+            let idle = idle_ms(&b, "c").await;
+            assert!(idle < 60_000, "{idle}");
+            b
+        };
         // The journal alone.
-        let b = FileLogBroker::open(&dir).unwrap();
-        assert!(idle_ms(&b, "c").await < 60_000);
+        let b = reopened().await;
         // A snapshot, then an empty poll the journal after it holds.
         b.compact().unwrap();
         b.read(ReadRequest::new("jobs", "g", "c", ReadMode::New, 10))
             .await
             .unwrap();
         drop(b);
-        let b = FileLogBroker::open(&dir).unwrap();
-        assert!(idle_ms(&b, "c").await < 60_000);
+        let b = reopened().await;
         // A snapshot alone.
         b.compact().unwrap();
         drop(b);
-        let b = FileLogBroker::open(&dir).unwrap();
-        let idle = idle_ms(&b, "c").await;
-        drop(b);
+        drop(reopened().await);
         let _ = std::fs::remove_dir_all(&dir);
-        assert!(idle < 60_000, "{idle}");
     }
 
     /// The group state's journal file in `dir`.
