@@ -470,12 +470,9 @@ mod tests {
     /// the epoch would give.
     #[tokio::test(start_paused = true)]
     async fn a_reopened_file_log_keeps_each_consumers_seen_time() {
-        use ruststream_core::{ReadMode, ReadRequest, StreamStart};
+        use ruststream_core::{ReadMode, ReadRequest};
         let dir = temp_dir("seen");
-        let b = FileLogBroker::open(&dir).unwrap();
-        b.ensure_group("jobs", "g", StreamStart::Beginning)
-            .await
-            .unwrap();
+        let b = with_group_g(&dir).await;
         b.read(ReadRequest::new("jobs", "g", "c", ReadMode::New, 10))
             .await
             .unwrap();
@@ -502,6 +499,16 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The file log in `dir`, opened, with group `g` on stream `jobs` from
+    /// its beginning.
+    async fn with_group_g(dir: &std::path::Path) -> FileLogBroker {
+        let b = FileLogBroker::open(dir).unwrap();
+        b.ensure_group("jobs", "g", ruststream_core::StreamStart::Beginning)
+            .await
+            .unwrap();
+        b
+    }
+
     /// The group state's journal file in `dir`.
     fn journal_of(dir: &std::path::Path) -> std::path::PathBuf {
         std::fs::read_dir(dir.join("state"))
@@ -516,10 +523,7 @@ mod tests {
     /// since 1 s after the epoch), and no seen record.
     async fn write_an_old_style_log(dir: &std::path::Path) {
         use ruststream_engine::{Change, GroupChange};
-        let b = FileLogBroker::open(dir).unwrap();
-        b.ensure_group("jobs", "g", ruststream_core::StreamStart::Beginning)
-            .await
-            .unwrap();
+        let b = with_group_g(dir).await;
         let id = b
             .publish("jobs", Message::new(b"x".to_vec()))
             .await
@@ -577,12 +581,9 @@ mod tests {
     /// `FileLogBroker::sync` does).
     #[tokio::test(start_paused = true)]
     async fn an_empty_poll_writes_its_seen_time_at_most_once_a_second_and_starts_no_sync() {
-        use ruststream_core::{ReadMode, ReadRequest, StreamStart};
+        use ruststream_core::{ReadMode, ReadRequest};
         let dir = temp_dir("lazy-seen");
-        let b = FileLogBroker::open(&dir).unwrap();
-        b.ensure_group("jobs", "g", StreamStart::Beginning)
-            .await
-            .unwrap();
+        let b = with_group_g(&dir).await;
         let poll = || b.read(ReadRequest::new("jobs", "g", "c", ReadMode::New, 10));
         poll().await.unwrap();
         b.sync().await.unwrap();
@@ -636,12 +637,9 @@ mod tests {
     /// (the take-back rebuilds the engine from its own snapshot).
     #[tokio::test]
     async fn a_taken_back_write_keeps_the_seen_time_bound_across_a_reopen() {
-        use ruststream_core::{ReadMode, ReadRequest, StreamStart};
+        use ruststream_core::{ReadMode, ReadRequest};
         let dir = temp_dir("seen-undo");
-        let b = FileLogBroker::open(&dir).unwrap();
-        b.ensure_group("jobs", "g", StreamStart::Beginning)
-            .await
-            .unwrap();
+        let b = with_group_g(&dir).await;
         b.publish("other", Message::new(b"x".to_vec()))
             .await
             .unwrap();
