@@ -1,6 +1,7 @@
 //! Running a whole app in process, on tokio's paused clock.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -11,9 +12,16 @@ use ruststream::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::watchdog::Watchdog;
+
 /// Rounds of yielding [`TestApp::run_until_quiet`] allows before it calls
 /// the service restless and fails the test.
 pub const STEP_BUDGET: usize = 10_000;
+/// How long, in real time, [`TestApp::advance`] waits for the paused clock
+/// to reach its end before it fails the test (change it per app with
+/// [`TestApp::set_advance_limit`]). The clock moves only while every task
+/// waits: a service that never waits keeps it still.
+pub const ADVANCE_REAL_TIME_LIMIT: Duration = Duration::from_secs(60);
 /// Consecutive rounds without progress that count as quiet.
 const QUIET_ROUNDS: usize = 3;
 /// Yields per round: enough for every ready task to run.
@@ -125,6 +133,8 @@ pub struct TestApp {
     broker: MemoryBroker,
     publisher: Publisher,
     recorder: Arc<Recorder>,
+    /// [`ADVANCE_REAL_TIME_LIMIT`] unless set, in milliseconds.
+    advance_limit_ms: AtomicU64,
 }
 
 impl fmt::Debug for TestApp {
@@ -168,6 +178,7 @@ impl TestApp {
             broker,
             publisher: Publisher::new(shared),
             recorder,
+            advance_limit_ms: AtomicU64::new(millis(ADVANCE_REAL_TIME_LIMIT)),
         };
         // Until nothing changes: a handler of an entry the broker already
         // held may be waiting on a timer, which only `advance` ends.
@@ -275,13 +286,43 @@ impl TestApp {
     ///
     /// # Panics
     ///
-    /// If the service keeps changing for [`STEP_BUDGET`] rounds after the
-    /// clock has moved (a loop that never ends).
+    /// If the clock has not reached its end after
+    /// [`ADVANCE_REAL_TIME_LIMIT`] of real time (or the limit set with
+    /// [`TestApp::set_advance_limit`]): the service never waits, so the
+    /// paused clock cannot move (a handler that publishes to the stream it
+    /// reads feeds itself endlessly). If the service keeps changing for
+    /// [`STEP_BUDGET`] rounds after the clock has moved (a loop that never
+    /// ends).
     pub async fn advance(&self, d: Duration) {
+        let limit = Duration::from_millis(self.advance_limit_ms.load(Ordering::Relaxed));
+        let watchdog = Watchdog::start(limit);
         // Sleeping on a paused clock auto-advances it from timer to timer,
         // so the service sees time pass in order, as it would for real.
-        tokio::time::sleep(d).await;
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep(d) => {}
+            () = watchdog.fired() => panic!(
+                "advance({d:?}) did not reach its end within {limit:?} of real time: the \
+                 paused clock moves only while every task waits, and this service never \
+                 waits ({} entries read and not settled, {} read in all, {} handled). A \
+                 handler that publishes to the stream it reads feeds itself endlessly; a \
+                 service that is only slow can be given more time with \
+                 TestApp::set_advance_limit.",
+                self.running.in_flight(),
+                self.running.read_so_far(),
+                self.recorder.lock().len(),
+            ),
+        }
+        drop(watchdog);
         self.run_until(STEP_BUDGET, false).await;
+    }
+
+    /// Sets how long, in real time, [`TestApp::advance`] waits for the
+    /// paused clock to reach its end before it fails the test (default
+    /// [`ADVANCE_REAL_TIME_LIMIT`]).
+    pub fn set_advance_limit(&self, limit: Duration) {
+        self.advance_limit_ms
+            .store(millis(limit), Ordering::Relaxed);
     }
 
     /// Every delivery `subscriber` handled, in order.
@@ -384,6 +425,11 @@ impl TestApp {
 }
 
 /// Pauses tokio's clock if it is not paused yet.
+/// `d` in whole milliseconds, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn pause_clock() {
     let before = tokio::time::Instant::now();
     std::thread::sleep(Duration::from_millis(1));

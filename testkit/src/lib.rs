@@ -48,10 +48,11 @@ pub mod faults;
 mod hand_written;
 pub use hand_written::{HandWritten, Handle};
 mod harness;
+mod watchdog;
 
 pub use admin::serve_admin;
 pub use faults::{CallKind, Fault, FaultyBroker};
-pub use harness::{Received, STEP_BUDGET, TestApp};
+pub use harness::{ADVANCE_REAL_TIME_LIMIT, Received, STEP_BUDGET, TestApp};
 
 // The README's code blocks compile and run as doctests here, where both
 // `ruststream` and this crate are dependencies.

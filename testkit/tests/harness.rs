@@ -36,6 +36,15 @@ async fn a_service_that_never_quiets_fails_the_test_instead_of_hanging() {
     tb.run_until_quiet_within(50).await;
 }
 
+#[tokio::test]
+#[should_panic(expected = "advance(1s) did not reach its end within 300ms of real time")]
+async fn advance_on_a_service_that_never_waits_fails_the_test_instead_of_hanging() {
+    let tb = TestApp::start(restless()).await.unwrap();
+    tb.set_advance_limit(Duration::from_millis(300));
+    tb.publish(&Echo { n: 0 }).await.unwrap();
+    tb.advance(Duration::from_secs(1)).await;
+}
+
 #[subscriber(RedisStream::new("slow").group("g"))]
 async fn slow(_echo: &Echo) {
     tokio::time::sleep(Duration::from_secs(10)).await;
