@@ -13,6 +13,12 @@ fn publish_at(e: &mut Engine, times: &[u64]) -> Vec<EntryId> {
         .collect()
 }
 
+/// Stream `S`'s length and first id, as `stream_info` gives them.
+fn length_and_first(e: &Engine) -> (u64, Option<EntryId>) {
+    let si = e.stream_info(S).unwrap();
+    (si.length, si.first_id)
+}
+
 #[test]
 fn publish_returns_strictly_increasing_ids_in_order() {
     let mut e = Engine::new();
@@ -152,10 +158,8 @@ fn stream_info_reports_length_ids_and_groups() {
     assert!(e.has_stream(S));
 
     let ids = publish_n(&mut e, "m", 3, T0);
-    let si = e.stream_info(S).unwrap();
-    assert_eq!(si.length, 3);
-    assert_eq!(si.first_id, Some(ids[0]));
-    assert_eq!(si.last_id, ids[2]);
+    assert_eq!(length_and_first(&e), (3, Some(ids[0])));
+    assert_eq!(e.stream_info(S).unwrap().last_id, ids[2]);
 }
 
 // ------------------------------------------------------------------- trim
@@ -164,10 +168,8 @@ fn stream_info_reports_length_ids_and_groups() {
 fn trim_max_len_removes_the_oldest_entries() {
     let (mut e, all) = setup(5);
     assert_eq!(e.trim(S, Trim::MaxLen(2)).unwrap(), 3);
-    let si = e.stream_info(S).unwrap();
-    assert_eq!(si.length, 2);
-    assert_eq!(si.first_id, Some(all[3]));
-    assert_eq!(si.last_id, all[4]);
+    assert_eq!(length_and_first(&e), (2, Some(all[3])));
+    assert_eq!(e.stream_info(S).unwrap().last_id, all[4]);
     let left = range_ids(&e, EntryId::ZERO, EntryId::MAX, 10);
     assert_eq!(left, all[3..].to_vec());
     assert_eq!(e.trim(S, Trim::MaxLen(2)).unwrap(), 0);
@@ -179,9 +181,7 @@ fn trim_max_len_removes_the_oldest_entries() {
 fn trim_min_id_removes_entries_below_it() {
     let (mut e, all) = setup(5);
     assert_eq!(e.trim(S, Trim::MinId(all[2])).unwrap(), 2);
-    let si = e.stream_info(S).unwrap();
-    assert_eq!(si.length, 3);
-    assert_eq!(si.first_id, Some(all[2]));
+    assert_eq!(length_and_first(&e), (3, Some(all[2])));
     assert_eq!(e.trim(S, Trim::MinId(all[2])).unwrap(), 0);
 }
 
@@ -189,10 +189,8 @@ fn trim_min_id_removes_entries_below_it() {
 fn trimming_everything_keeps_the_last_id() {
     let (mut e, all) = setup(3);
     assert_eq!(e.trim(S, Trim::MaxLen(0)).unwrap(), 3);
-    let si = e.stream_info(S).unwrap();
-    assert_eq!(si.length, 0);
-    assert_eq!(si.first_id, None);
-    assert_eq!(si.last_id, all[2]);
+    assert_eq!(length_and_first(&e), (0, None));
+    assert_eq!(e.stream_info(S).unwrap().last_id, all[2]);
     // New ids still go up.
     assert!(publish_one(&mut e, "x", 0) > all[2]);
 }
@@ -211,9 +209,7 @@ fn pending_entries_survive_trimming_until_acked() {
     e.ack(S, G, &[all[1]]).unwrap();
     assert_eq!(e.trim(S, Trim::MaxLen(1)).unwrap(), 2); // all[1], all[2]
 
-    let si = e.stream_info(S).unwrap();
-    assert_eq!(si.length, 2);
-    assert_eq!(si.first_id, Some(all[0]));
+    assert_eq!(length_and_first(&e), (2, Some(all[0])));
     let left = range_ids(&e, EntryId::ZERO, EntryId::MAX, 10);
     assert_eq!(left, vec![all[0], all[3]]);
     assert_eq!(e.range(S, all[0], all[0], 1)[0].payload(), b"m0");
@@ -226,9 +222,7 @@ fn pending_entries_survive_trimming_until_acked() {
 
     // Acked: gone for good.
     e.ack(S, G, &[all[0]]).unwrap();
-    let si = e.stream_info(S).unwrap();
-    assert_eq!(si.length, 1);
-    assert_eq!(si.first_id, Some(all[3]));
+    assert_eq!(length_and_first(&e), (1, Some(all[3])));
     assert!(e.range(S, all[0], all[0], 1).is_empty());
 }
 
@@ -284,9 +278,7 @@ fn dead_letters_survive_trimming_until_discarded() {
     e.dead_letter(S, G, &[all[0]], "again", T0 + 2).unwrap();
 
     e.discard(S, G, &[all[0]]).unwrap();
-    let si = e.stream_info(S).unwrap();
-    assert_eq!(si.length, 0);
-    assert_eq!(si.first_id, None);
+    assert_eq!(length_and_first(&e), (0, None));
     assert!(dead(&e).is_empty());
 }
 
