@@ -33,11 +33,17 @@ pub(crate) async fn stream_with_group(what: &str) -> (RedisBroker, String) {
     (broker, stream)
 }
 
-/// Deletes `key` from the server.
-pub(crate) async fn delete(key: &str) {
-    let _: redis::Value = redis::cmd("DEL")
+/// The server's answer to `command key` (`DEL`, `EXISTS`, `XLEN`), asked
+/// on a connection of its own.
+pub(crate) async fn ask<T: redis::FromRedisValue>(command: &str, key: &str) -> T {
+    redis::cmd(command)
         .arg(key)
         .query_async(&mut connection().await)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Deletes `key` from the server.
+pub(crate) async fn delete(key: &str) {
+    let _: redis::Value = ask("DEL", key).await;
 }

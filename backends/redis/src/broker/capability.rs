@@ -294,12 +294,7 @@ mod tests {
         let version = server_version(&broker).await.unwrap();
         let key = probe_key();
         let support = probe_claim(&broker, &key).await.unwrap();
-        let mut cli = crate::testing::connection().await;
-        let left: i64 = redis::cmd("EXISTS")
-            .arg(&key)
-            .query_async(&mut cli)
-            .await
-            .unwrap();
+        let left: i64 = crate::testing::ask("EXISTS", &key).await;
         assert_eq!(left, 0, "the probe cleans up after itself");
         if version >= CLAIM_VERSION {
             // Only a server that has CLAIM passes; this one says which.

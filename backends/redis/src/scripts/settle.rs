@@ -356,11 +356,7 @@ mod tests {
             Value::Array(vec![Value::Int(0), Value::Array(vec![])]),
             "nothing retried"
         );
-        let len: i64 = redis::cmd("XLEN")
-            .arg(&s)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let len: i64 = crate::testing::ask("XLEN", &s).await;
         assert_eq!(len, 1, "the copy was deleted again");
     }
 }
