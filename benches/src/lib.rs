@@ -215,6 +215,30 @@ pub fn batches(n: u64, size: usize) -> impl Iterator<Item = std::ops::Range<u64>
         .map(move |i| i..(i + size).min(n))
 }
 
+/// Runs every row of `rows` once on `warm_up` messages (run number
+/// `usize::MAX`: connections, scripts loaded, allocator), then `reps`
+/// rounds of every row in turn on `n` messages (run numbers `0..reps`), so
+/// that the rows' runs are interleaved. `run(row, messages, run)` measures
+/// one run. Returns each row's samples, in the order of `rows`.
+pub async fn warm_up_and_interleave<R: Copy, T, E>(
+    rows: &[R],
+    warm_up: u64,
+    n: u64,
+    reps: usize,
+    mut run: impl AsyncFnMut(R, u64, usize) -> Result<T, E>,
+) -> Result<Vec<Vec<T>>, E> {
+    for &row in rows {
+        run(row, warm_up, usize::MAX).await?;
+    }
+    let mut samples: Vec<Vec<T>> = rows.iter().map(|_| Vec::with_capacity(reps)).collect();
+    for round in 0..reps {
+        for (i, &row) in rows.iter().enumerate() {
+            samples[i].push(run(row, n, round).await?);
+        }
+    }
+    Ok(samples)
+}
+
 /// The median of `values` (the upper one of an even count); panics on none.
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);

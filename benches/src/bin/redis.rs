@@ -52,7 +52,9 @@ use ruststream::prelude::*;
 use ruststream::{Broker, Message};
 use ruststream_benches::redis_loops::{self, BATCH};
 use ruststream_benches::run_stream::{self, GROUP, PROBE, ledger};
-use ruststream_benches::{Payment, batches, counting, cpu, median, payload};
+use ruststream_benches::{
+    Payment, batches, counting, cpu, median, payload, warm_up_and_interleave,
+};
 use ruststream_redis::RedisBroker;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -299,16 +301,10 @@ fn main() -> BenchResult<()> {
             );
             return Ok(());
         }
-        // Warm-up: connections, scripts loaded, allocator.
-        for row in Row::ALL {
-            run_row(row, &mut conn, &broker, 20_000, usize::MAX).await?;
-        }
-        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); Row::ALL.len()];
-        for run in 0..REPS {
-            for (i, row) in Row::ALL.into_iter().enumerate() {
-                samples[i].push(run_row(row, &mut conn, &broker, n, run).await?);
-            }
-        }
+        let samples = warm_up_and_interleave(&Row::ALL, 20_000, n, REPS, async |row, n, run| {
+            run_row(row, &mut conn, &broker, n, run).await
+        })
+        .await?;
         let rates: Vec<f64> = samples
             .iter()
             .map(|runs| median(runs.iter().map(|s| n as f64 / s.wall.as_secs_f64()).collect()))

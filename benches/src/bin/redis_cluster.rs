@@ -31,7 +31,7 @@ use redis::cluster_async::ClusterConnection;
 use ruststream::{Broker, Message};
 use ruststream_benches::redis_loops;
 use ruststream_benches::run_stream::{GROUP, PROBE, ledger};
-use ruststream_benches::{median, payload};
+use ruststream_benches::{median, payload, warm_up_and_interleave};
 use ruststream_redis::{RedisBroker, RedisConfig, ReplicaAck};
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -246,15 +246,10 @@ fn main() -> BenchResult<()> {
             "Redis Cluster at {:?}, {n} messages per run, median of {REPS} runs, one current-thread runtime",
             urls()
         );
-        for row in Row::ALL {
-            run_row(row, &mut conn, &brokers, 10_000, usize::MAX).await?;
-        }
-        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); Row::ALL.len()];
-        for run in 0..REPS {
-            for (i, row) in Row::ALL.into_iter().enumerate() {
-                rates[i].push(run_row(row, &mut conn, &brokers, n, run).await?);
-            }
-        }
+        let rates = warm_up_and_interleave(&Row::ALL, 10_000, n, REPS, async |row, n, run| {
+            run_row(row, &mut conn, &brokers, n, run).await
+        })
+        .await?;
         let rates: Vec<f64> = rates.into_iter().map(median).collect();
         let rate_of = |row: Row| {
             Row::ALL
