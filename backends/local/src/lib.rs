@@ -379,11 +379,12 @@ impl<P: Persistence> LocalBroker<P> {
         self.change(stream, effect, f).map(|(out, _)| out)
     }
 
-    /// A change to the claims `consumer` holds on `ids` entries (their
-    /// times, their counts), once the names are checked. A later idle time
-    /// makes nothing readable sooner: no wakeup (a blocking claiming read
-    /// finds the new time when it next looks).
-    fn claims_change(
+    /// A change to what the group keeps of `consumer`, once the names are
+    /// checked: its claims on `ids` entries (their times, their counts), or
+    /// the consumer itself. None makes anything readable sooner: no wakeup
+    /// (a blocking claiming read finds a later idle time when it next
+    /// looks).
+    fn consumer_change(
         &self,
         call: &str,
         (stream, group, consumer): (&str, &str, &str),
@@ -658,7 +659,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         consumer: &'a str,
         ids: &'a [EntryId],
     ) -> BrokerFuture<'a, u64> {
-        ready(self.claims_change(
+        ready(self.consumer_change(
             "an extend_claim",
             (stream, group, consumer),
             ids.len(),
@@ -673,7 +674,7 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         consumer: &'a str,
         counts: &'a [(EntryId, u32)],
     ) -> BrokerFuture<'a, u64> {
-        ready(self.claims_change(
+        ready(self.consumer_change(
             "a count_deliveries",
             (stream, group, consumer),
             counts.len(),
@@ -688,18 +689,11 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         consumer: &'a str,
         min_idle: Duration,
     ) -> BrokerFuture<'a, bool> {
-        let names = check_stream_group(stream, group)
-            .and_then(|()| check_name(NameKind::Consumer, consumer));
-        if let Err(error) = names {
-            return ready(Err(error));
-        }
-        let deleted = self.group_change(
+        let deleted = self.consumer_change(
             "a delete_consumer",
-            stream,
+            (stream, group, consumer),
             0,
-            0,
-            Effect::Quiet,
-            |e, _, now| {
+            |e, now| {
                 e.delete_consumer(stream, group, consumer, min_idle, now)
                     .map(u64::from)
             },
