@@ -45,56 +45,54 @@ pub mod names {
     pub const GROUP_CONSUMERS: &str = "ruststream_group_consumers";
 }
 
-/// How a settled entry was settled, the `outcome` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Ack,
-    Retry,
-    RetryAfter,
-    DeadLetter,
-    HandedBack,
+/// Defines the closed set of values of one metric label: the enum, `ALL`
+/// (every value, in declaration order, so `value as usize` is its index
+/// there) and `label` (the value as exported).
+macro_rules! label_values {
+    (
+        $(#[$meta:meta])*
+        $name:ident {
+            $($(#[$variant_meta:meta])* $variant:ident => $label:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum $name {
+            $($(#[$variant_meta])* $variant,)+
+        }
+
+        impl $name {
+            const ALL: [$name; [$($label),+].len()] = [$($name::$variant),+];
+
+            fn label(self) -> &'static str {
+                match self {
+                    $($name::$variant => $label,)+
+                }
+            }
+        }
+    };
 }
 
-impl Outcome {
-    const ALL: [Outcome; 5] = [
-        Outcome::Ack,
-        Outcome::Retry,
-        Outcome::RetryAfter,
-        Outcome::DeadLetter,
-        Outcome::HandedBack,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            Outcome::Ack => "ack",
-            Outcome::Retry => "retry",
-            Outcome::RetryAfter => "retry_after",
-            Outcome::DeadLetter => "dead_letter",
-            Outcome::HandedBack => "handed_back",
-        }
+label_values! {
+    /// How a settled entry was settled, the `outcome` label.
+    Outcome {
+        Ack => "ack",
+        Retry => "retry",
+        RetryAfter => "retry_after",
+        DeadLetter => "dead_letter",
+        HandedBack => "handed_back",
     }
 }
 
-/// What went wrong in a handler, the `kind` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ErrorKind {
-    /// It returned an error.
-    Error,
-    /// It panicked.
-    Panic,
-    /// The payload could not be decoded.
-    Decode,
-}
-
-impl ErrorKind {
-    const ALL: [ErrorKind; 3] = [ErrorKind::Error, ErrorKind::Panic, ErrorKind::Decode];
-
-    fn label(self) -> &'static str {
-        match self {
-            ErrorKind::Error => "error",
-            ErrorKind::Panic => "panic",
-            ErrorKind::Decode => "decode",
-        }
+label_values! {
+    /// What went wrong in a handler, the `kind` label.
+    ErrorKind {
+        /// It returned an error.
+        Error => "error",
+        /// It panicked.
+        Panic => "panic",
+        /// The payload could not be decoded.
+        Decode => "decode",
     }
 }
 
@@ -218,14 +216,12 @@ impl SubscriptionMetrics {
 
     /// `n` entries settled with `outcome`.
     pub(crate) fn settled(&self, outcome: Outcome, n: u64) {
-        let ix = Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
-        self.settled[ix].increment(n);
+        self.settled[outcome as usize].increment(n);
     }
 
     /// A handler failed this way.
     pub(crate) fn handler_error(&self, kind: ErrorKind) {
-        let ix = ErrorKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
-        self.errors[ix].increment(1);
+        self.errors[kind as usize].increment(1);
     }
 
     /// A handler ran `nanos` nanoseconds.
