@@ -1185,16 +1185,16 @@ mod tracked {
         consumer: &str,
         ids: &[EntryId],
     ) -> BrokerResult<u64> {
-        // Faulted like a settle (a lost reply reports its ids), but the
-        // entries stay held: nothing leaves the read-ahead accounting.
-        let call = broker.begin(CallKind::ExtendClaim);
-        let resolved = broker.enter(&call, Some((stream, group))).await?;
-        let inner_group = resolved.as_ref().map_or(group, |r| r.inner.as_str());
-        let result = broker
-            .inner
-            .extend_claim(stream, inner_group, consumer, ids)
-            .await;
-        broker.leave(&call, resolved.as_ref(), result, |_, _, _| ids.to_vec())
+        let call = async |g: &str| broker.inner.extend_claim(stream, g, consumer, ids).await;
+        kept_held(
+            broker,
+            CallKind::ExtendClaim,
+            stream,
+            group,
+            || ids.to_vec(),
+            call,
+        )
+        .await
     }
 
     /// `Broker::count_deliveries`, faulted like [`extend_claim`].
@@ -1205,16 +1205,32 @@ mod tracked {
         consumer: &str,
         counts: &[(EntryId, u32)],
     ) -> BrokerResult<u64> {
-        let call = broker.begin(CallKind::CountDeliveries);
+        let call = async |g: &str| {
+            broker
+                .inner
+                .count_deliveries(stream, g, consumer, counts)
+                .await
+        };
+        let ids = || counts.iter().map(|(id, _)| *id).collect();
+        kept_held(broker, CallKind::CountDeliveries, stream, group, ids, call).await
+    }
+
+    /// A call on entries a consumer holds that leaves them held (`inner`,
+    /// given the group's inner name): faulted like a settle, a lost reply
+    /// reporting `ids`, but nothing leaves the read-ahead accounting.
+    async fn kept_held(
+        broker: &FaultyBroker,
+        kind: CallKind,
+        stream: &str,
+        group: &str,
+        ids: impl FnOnce() -> Vec<EntryId>,
+        inner: impl AsyncFnOnce(&str) -> BrokerResult<u64>,
+    ) -> BrokerResult<u64> {
+        let call = broker.begin(kind);
         let resolved = broker.enter(&call, Some((stream, group))).await?;
         let inner_group = resolved.as_ref().map_or(group, |r| r.inner.as_str());
-        let result = broker
-            .inner
-            .count_deliveries(stream, inner_group, consumer, counts)
-            .await;
-        broker.leave(&call, resolved.as_ref(), result, |_, _, _| {
-            counts.iter().map(|(id, _)| *id).collect()
-        })
+        let result = inner(inner_group).await;
+        broker.leave(&call, resolved.as_ref(), result, |_, _, _| ids())
     }
 
     /// `Broker::group_info`, the answer naming the caller's group.
