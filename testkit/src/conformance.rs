@@ -754,17 +754,21 @@ pub async fn extending_a_claim_the_consumer_does_not_hold_changes_nothing(t: Tar
     assert_eq!(texts(&claimed), ["mine", "theirs", "unread"]);
     assert_eq!(counts(&claimed), [1, 1, 0]);
 
-    let err = t
-        .broker
-        .extend_claim(&s, "ghost", "worker", &sent)
-        .await
-        .unwrap_err();
+    refuses_a_ghost_group_and_a_bad_consumer(async |group, consumer| {
+        t.broker.extend_claim(&s, group, consumer, &sent).await
+    })
+    .await;
+}
+
+/// Fails unless `call` (made on group and consumer names) answers group
+/// `ghost` with `NoGroup`, and a consumer name with a NUL in it (on group
+/// [`G`]) with an error that names the consumer name.
+async fn refuses_a_ghost_group_and_a_bad_consumer<T: std::fmt::Debug>(
+    call: impl AsyncFn(&str, &str) -> Result<T, BrokerError>,
+) {
+    let err = call("ghost", "worker").await.unwrap_err();
     assert!(matches!(err, BrokerError::NoGroup { .. }), "{err:?}");
-    let err = t
-        .broker
-        .extend_claim(&s, G, "bad\u{0}consumer", &sent)
-        .await
-        .unwrap_err();
+    let err = call(G, "bad\u{0}consumer").await.unwrap_err();
     assert!(err.to_string().contains("consumer name"), "{err}");
 }
 
@@ -863,17 +867,10 @@ pub async fn a_delivery_counted_without_a_read_is_kept_through_a_hand_back(t: Ta
     assert_eq!(texts(&next), ["held"]);
     assert_eq!(counts(&next), [3]);
 
-    let err = t
-        .broker
-        .count_deliveries(&s, "ghost", "worker", &asked)
-        .await;
-    assert!(matches!(err, Err(BrokerError::NoGroup { .. })), "{err:?}");
-    let err = t
-        .broker
-        .count_deliveries(&s, G, "bad\u{0}consumer", &asked)
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("consumer name"), "{err}");
+    refuses_a_ghost_group_and_a_bad_consumer(async |group, consumer| {
+        t.broker.count_deliveries(&s, group, consumer, &asked).await
+    })
+    .await;
 }
 
 /// Owed entries (here: idle ones) go out before new ones.
