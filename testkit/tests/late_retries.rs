@@ -15,7 +15,7 @@ use ruststream_core::{Broker, Message};
 use ruststream_memory::MemoryBroker;
 use ruststream_testkit::HandWritten;
 use ruststream_testkit::faults::{CallKind, FaultyBroker};
-use support::recorder::{Record, Recorder, start_one};
+use support::recorder::{Record, Recorder, fresh, start_one};
 
 const MIN_IDLE: Duration = Duration::from_millis(300);
 
@@ -56,6 +56,18 @@ fn subscriber(
     }
 }
 
+/// After 100 ms, A's acks (through `faults`) are refused for 2 s; a and x
+/// are published to `s` in one batch, and once A has read them (1 ms) A is
+/// cut off from the broker altogether for 1 s.
+async fn a_reads_a_and_x_then_is_cut_off(inner: &MemoryBroker, faults: &FaultyBroker, s: &str) {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    faults.outage(&[CallKind::Ack], Duration::from_secs(2));
+    let batch = vec![Message::new(b"a".to_vec()), Message::new(b"x".to_vec())];
+    inner.publish_batch(s, batch).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    faults.outage(&CallKind::ALL, Duration::from_secs(1));
+}
+
 /// A delayed retry whose first call is made after its entry was handed
 /// out again leaves it to its new holder. Process A (claiming, workers 2,
 /// prefetch 2) runs a (acked) and x (`retry_after(0)` on its first run) in
@@ -69,9 +81,7 @@ fn subscriber(
 #[tokio::test(start_paused = true)]
 async fn a_first_retry_attempt_makes_owed_an_entry_another_consumer_runs() {
     let s = "late-first-retry";
-    let inner = MemoryBroker::new();
-    let record = Record::default();
-    let t0 = tokio::time::Instant::now();
+    let (inner, record, t0) = fresh();
     let mut apps = Vec::new();
     for who in ["A", "B"] {
         let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 7));
@@ -79,12 +89,7 @@ async fn a_first_retry_attempt_makes_owed_an_entry_another_consumer_runs() {
         let app = start_one(who, broker, subscriber(s, who, t0, &record)).await;
         if who == "A" {
             // A alone reads a and x.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            faults.outage(&[CallKind::Ack], Duration::from_secs(2));
-            let batch = vec![Message::new(b"a".to_vec()), Message::new(b"x".to_vec())];
-            inner.publish_batch(s, batch).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            faults.outage(&CallKind::ALL, Duration::from_secs(1));
+            a_reads_a_and_x_then_is_cut_off(&inner, &faults, s).await;
         }
         apps.push(app);
     }
@@ -92,12 +97,7 @@ async fn a_first_retry_attempt_makes_owed_an_entry_another_consumer_runs() {
     for app in apps {
         app.shutdown().await;
     }
-    let overlaps = record.overlaps();
-    assert!(
-        overlaps.is_empty(),
-        "run twice at once: {overlaps:?}; runs {:?}",
-        record.runs()
-    );
+    record.assert_no_overlaps("run twice at once");
 }
 
 /// The same in one process: the same two subscriptions in one app (one
@@ -107,9 +107,7 @@ async fn a_first_retry_attempt_makes_owed_an_entry_another_consumer_runs() {
 #[tokio::test(start_paused = true)]
 async fn a_first_retry_attempt_runs_an_entry_twice_at_once_in_one_process() {
     let s = "late-first-retry-one";
-    let inner = MemoryBroker::new();
-    let record = Record::default();
-    let t0 = tokio::time::Instant::now();
+    let (inner, record, t0) = fresh();
     let faults_a = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 7));
     let faults_b = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 8));
     let (a, b) = (
@@ -130,18 +128,8 @@ async fn a_first_retry_attempt_runs_an_entry_twice_at_once_in_one_process() {
         .start()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    faults_a.outage(&[CallKind::Ack], Duration::from_secs(2));
-    let batch = vec![Message::new(b"a".to_vec()), Message::new(b"x".to_vec())];
-    inner.publish_batch(s, batch).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    faults_a.outage(&CallKind::ALL, Duration::from_secs(1));
+    a_reads_a_and_x_then_is_cut_off(&inner, &faults_a, s).await;
     tokio::time::sleep(Duration::from_secs(20)).await;
     app.shutdown().await;
-    let overlaps = record.overlaps();
-    assert!(
-        overlaps.is_empty(),
-        "run twice at once in one process: {overlaps:?}; runs {:?}",
-        record.runs()
-    );
+    record.assert_no_overlaps("run twice at once in one process");
 }

@@ -45,6 +45,22 @@ impl Setup {
         dead.await.unwrap()
     }
 
+    /// Fails unless group `g` dead-lettered nothing on `s`, with the runs
+    /// and the dead letters' reasons.
+    async fn assert_nothing_dead_lettered(&self, s: &str) {
+        let reasons: Vec<String> = self
+            .dead_letters(s)
+            .await
+            .into_iter()
+            .map(|d| d.reason)
+            .collect();
+        assert!(
+            reasons.is_empty(),
+            "runs {:?}: {reasons:?}",
+            self.record.texts()
+        );
+    }
+
     /// Lets the app run for 20 s (paused clock), then shuts it down.
     async fn run_out(&mut self) {
         tokio::time::sleep(Duration::from_secs(20)).await;
@@ -79,6 +95,14 @@ async fn setup(
     }
 }
 
+/// Group `g`'s claiming subscription of `s` (`min_idle` [`MIN_IDLE`]),
+/// `workers(1, by_key)`.
+fn keyed_claiming(s: &str) -> Subscription {
+    Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
+        .workers(1)
+        .by_key()
+}
+
 fn keyed(text: &str) -> Message {
     Message::new(text.as_bytes().to_vec()).with_header(PARTITION_KEY_HEADER, "K")
 }
@@ -91,9 +115,7 @@ async fn key_k_with_acks_refused(
     whole_outage: bool,
 ) -> (Vec<(String, u32)>, Vec<DeadLetter>) {
     let s = "take-back-ack-refused";
-    let mut subscription = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
-        .workers(1)
-        .by_key();
+    let mut subscription = keyed_claiming(s);
     if let Some(max) = max_deliveries {
         subscription = subscription.max_deliveries(max);
     }
@@ -222,23 +244,14 @@ async fn an_entry_owed_again_runs_while_the_rest_of_its_batch_waits() {
 #[tokio::test(start_paused = true)]
 async fn slow_refreshes_keep_an_acked_entrys_claim_while_its_ack_waits() {
     let s = "take-back-slow-refresh";
-    let subscription = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
-        .workers(1)
-        .by_key()
-        .max_deliveries(3);
+    let subscription = keyed_claiming(s).max_deliveries(3);
     let mut t = setup(subscription, |_| Duration::ZERO, ack).await;
     let slow = Fault::Delay(Duration::from_millis(400));
     t.faults.set_rate(&[CallKind::ExtendClaim], slow, 1.0);
     t.faults.outage(&[CallKind::Ack], Duration::from_secs(3));
     t.inner.publish(s, keyed("e0")).await.unwrap();
     t.run_out().await;
-    let dead = t.dead_letters(s).await;
-    let reasons: Vec<String> = dead.iter().map(|d| d.reason.clone()).collect();
-    assert!(
-        reasons.is_empty(),
-        "runs {:?}: {reasons:?}",
-        t.record.texts()
-    );
+    t.assert_nothing_dead_lettered(s).await;
     assert_eq!(t.record.texts(), [("e0".to_owned(), 0)]);
 }
 
@@ -253,10 +266,7 @@ async fn slow_refreshes_keep_an_acked_entrys_claim_while_its_ack_waits() {
 #[tokio::test(start_paused = true)]
 async fn refused_refreshes_do_not_count_deliveries_for_an_entry_in_hand() {
     let s = "take-back-refused-refresh";
-    let subscription = Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
-        .workers(1)
-        .by_key()
-        .max_deliveries(2);
+    let subscription = keyed_claiming(s).max_deliveries(2);
     let mut t = setup(subscription, |_| Duration::ZERO, ack).await;
     t.faults.outage(
         &[CallKind::Ack, CallKind::ExtendClaim],
@@ -278,17 +288,7 @@ async fn refused_refreshes_do_not_count_deliveries_for_an_entry_in_hand() {
         "e0 in hand, its ack refused: delivered once"
     );
     t.run_out().await;
-    let reasons: Vec<String> = t
-        .dead_letters(s)
-        .await
-        .into_iter()
-        .map(|d| d.reason)
-        .collect();
-    assert!(
-        reasons.is_empty(),
-        "runs {:?}: {reasons:?}",
-        t.record.texts()
-    );
+    t.assert_nothing_dead_lettered(s).await;
     assert_eq!(t.record.texts(), [("e0".to_owned(), 0)]);
     let info = t.inner.group_info(s, "g").await.unwrap();
     assert_eq!((info.pending, info.lag), (0, 0), "{info:?}");

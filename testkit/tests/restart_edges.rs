@@ -15,7 +15,7 @@ use std::time::Duration;
 use ruststream::{HandlerOutcome, PARTITION_KEY_HEADER, Running, Stream, Subscription};
 use ruststream_core::{Broker, Message, ReadMode, ReadRequest, StreamStart};
 use ruststream_memory::MemoryBroker;
-use support::recorder::{Record, Recorder, Run, ack};
+use support::recorder::{self, Record, Recorder, Run, ack};
 
 /// Starts an app whose subscriber (consumer `c0`) records into `record`.
 async fn start_app(
@@ -70,15 +70,25 @@ async fn successor(
     start_app(broker, subscription, takes, ack, record, t0).await
 }
 
+/// How long a run of `text` takes where a run of `slow` takes `long` and
+/// every other run 10 ms.
+fn slow_one(text: &str, slow: &str, long: Duration) -> Duration {
+    if text == slow {
+        long
+    } else {
+        Duration::from_millis(10)
+    }
+}
+
 /// A memory broker with group `g` on `s` from the beginning, an empty run
 /// record, and the instant runs are timed from.
-async fn fresh(s: &str) -> (MemoryBroker, Record, tokio::time::Instant) {
-    let inner = MemoryBroker::new();
+async fn fresh_group(s: &str) -> (MemoryBroker, Record, tokio::time::Instant) {
+    let (inner, record, t0) = recorder::fresh();
     inner
         .ensure_group(s, "g", StreamStart::Beginning)
         .await
         .unwrap();
-    (inner, Record::default(), tokio::time::Instant::now())
+    (inner, record, t0)
 }
 
 /// Consumer `c0` of group `g` on `s`, `workers(n, by_key)`.
@@ -135,7 +145,7 @@ fn check_key_order(runs: &[Run]) -> Result<(), String> {
 #[tokio::test(start_paused = true)]
 async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
     let s = "restart-paging";
-    let (inner, record, _) = fresh(s).await;
+    let (inner, record, _) = fresh_group(s).await;
     for n in 0..40u32 {
         inner.publish(s, round_robin(n)).await.unwrap();
     }
@@ -146,15 +156,7 @@ async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
     tokio::time::sleep(Duration::from_secs(20)).await;
     let t0 = tokio::time::Instant::now();
     let subscription = keyed_c0(s, 2).prefetch(8);
-    let app = start_app(
-        Arc::new(inner.clone()),
-        subscription,
-        |_| Duration::from_millis(10),
-        |_, _| HandlerOutcome::ack(),
-        &record,
-        t0,
-    )
-    .await;
+    let app = successor(&inner, subscription, &record, t0).await;
     for n in 40..80u32 {
         inner.publish(s, round_robin(n)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(3)).await;
@@ -174,15 +176,9 @@ async fn recovery_paging_keeps_key_order_with_a_small_prefetch() {
 #[tokio::test(start_paused = true)]
 async fn by_key_order_holds_across_a_shutdown_past_the_deadline() {
     let s = "restart-deadline";
-    let (inner, record, t0) = fresh(s).await;
+    let (inner, record, t0) = fresh_group(s).await;
     let subscription = || keyed_c0(s, 2);
-    let takes = |text: &str| {
-        if text == "a-0" {
-            Duration::from_secs(100)
-        } else {
-            Duration::from_millis(10)
-        }
-    };
+    let takes = |text: &str| slow_one(text, "a-0", Duration::from_secs(100));
     let outcome = |text: &str, count: u32| match (text, count) {
         ("b-1", 0) => HandlerOutcome::retry_after(Duration::from_secs(5)),
         _ => HandlerOutcome::ack(),
@@ -233,7 +229,7 @@ async fn by_key_order_holds_across_a_shutdown_past_the_deadline() {
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_is_not_run_early_after_a_graceful_restart() {
     let s = "restart-delay";
-    let (inner, record, t0) = fresh(s).await;
+    let (inner, record, t0) = fresh_group(s).await;
     let subscription = || Subscription::new(Stream::new(s).group("g").consumer("c0")).workers(1);
     let outcome = |_: &str, count: u32| {
         if count == 0 {
@@ -265,25 +261,11 @@ async fn a_retry_after_is_not_run_early_after_a_graceful_restart() {
 async fn settles_failing_at_shutdown_strand_nothing_after_a_restart() {
     use ruststream_testkit::faults::{CallKind, FaultyBroker};
     let s = "restart-settles-fail";
-    let (inner, record, t0) = fresh(s).await;
+    let (inner, record, t0) = fresh_group(s).await;
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 3));
     let subscription = || keyed_c0(s, 2);
-    let takes = |text: &str| {
-        if text == "k-0" {
-            Duration::from_secs(3)
-        } else {
-            Duration::from_millis(10)
-        }
-    };
-    let first = start_app(
-        faults.clone(),
-        subscription(),
-        takes,
-        |_, _| HandlerOutcome::ack(),
-        &record,
-        t0,
-    )
-    .await;
+    let takes = |text: &str| slow_one(text, "k-0", Duration::from_secs(3));
+    let first = start_app(faults.clone(), subscription(), takes, ack, &record, t0).await;
     for n in 0..4 {
         inner
             .publish(s, keyed(&format!("k-{n}"), "k"))
@@ -329,7 +311,7 @@ async fn settles_failing_at_shutdown_strand_nothing_after_a_restart() {
 async fn a_held_entrys_hand_back_made_again_leaves_it_to_its_new_holder() {
     use ruststream_testkit::faults::{CallKind, Fault, FaultyBroker};
     let s = "restart-held-handback";
-    let (inner, record, t0) = fresh(s).await;
+    let (inner, record, t0) = fresh_group(s).await;
     let faults = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 5));
     // Claiming, so that the last look at shutdown (a `new` subscription's,
     // which hands back everything under the name) plays no part.
@@ -407,7 +389,7 @@ async fn a_held_entrys_hand_back_made_again_leaves_it_to_its_new_holder() {
 #[tokio::test(start_paused = true)]
 async fn a_claiming_retry_made_right_at_start_is_not_handed_back_by_the_twin_look() {
     let s = "restart-claiming-retry";
-    let (inner, record, t0) = fresh(s).await;
+    let (inner, record, t0) = fresh_group(s).await;
     inner.publish(s, msg("crashed")).await.unwrap();
     let predecessor = ReadRequest::new(s, "g", "c0", ReadMode::New, 1);
     inner.read(predecessor).await.unwrap();
@@ -442,7 +424,7 @@ async fn a_claiming_retry_made_right_at_start_is_not_handed_back_by_the_twin_loo
 #[tokio::test(start_paused = true)]
 async fn a_claiming_subscription_keeps_seeing_a_live_twin() {
     let s = "restart-claiming-twin";
-    let (inner, record, t0) = fresh(s).await;
+    let (inner, record, t0) = fresh_group(s).await;
     for n in 0..3 {
         inner.publish(s, msg(&format!("t-{n}"))).await.unwrap();
     }

@@ -17,19 +17,9 @@ use ruststream::{HandlerOutcome, PARTITION_KEY_HEADER, Running, Stream, Subscrip
 use ruststream_core::{Broker, EntryId, Message, PendingEntry};
 use ruststream_memory::MemoryBroker;
 use ruststream_testkit::faults::{CallKind, FaultyBroker};
-use support::recorder::{Record, Recorder};
+use support::recorder::{Record, Recorder, ack, fresh};
 
 const MIN_IDLE: Duration = Duration::from_millis(300);
-
-/// A memory broker, an empty run record, and the instant runs are timed
-/// from.
-fn fresh() -> (MemoryBroker, Record, tokio::time::Instant) {
-    (
-        MemoryBroker::new(),
-        Record::default(),
-        tokio::time::Instant::now(),
-    )
-}
 
 /// Group `g`'s pending list of `s` (up to 100 entries).
 async fn pending(inner: &MemoryBroker, s: &str) -> Vec<PendingEntry> {
@@ -246,16 +236,7 @@ async fn key_order_holds_for_the_next_consumer_after_an_own_take_back() {
     inner.publish(s, keyed("x2")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     app.shutdown().await;
-    let (_faults_b, app_b) = start(
-        &inner,
-        "B",
-        sub(),
-        |_| Duration::ZERO,
-        |_, _| HandlerOutcome::ack(),
-        &record,
-        t0,
-    )
-    .await;
+    let (_faults_b, app_b) = start(&inner, "B", sub(), |_| Duration::ZERO, ack, &record, t0).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     app_b.shutdown().await;
     let by_b: Vec<(String, u32, Duration)> = record
@@ -286,7 +267,7 @@ async fn hung_claim_refreshes_do_not_hold_up_shutdown() {
         "A",
         sub,
         |_| Duration::from_secs(3),
-        |_, _| HandlerOutcome::ack(),
+        ack,
         &record,
         t0,
     )

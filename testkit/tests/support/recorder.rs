@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use ruststream::{AppInfo, Context, HandlerOutcome, Running, RustStream, Settle, Subscription};
 use ruststream_core::Broker;
+use ruststream_memory::MemoryBroker;
 use ruststream_testkit::{HandWritten, Handle};
 
 /// One run: the payload (as text), its delivery count, who ran it, and
@@ -41,6 +42,28 @@ impl Record {
     pub fn overlaps(&self) -> Vec<String> {
         self.overlaps.lock().unwrap().clone()
     }
+
+    /// Fails unless no run overlapped another of its payload, with `what`
+    /// went wrong, the overlaps and every run.
+    #[track_caller]
+    pub fn assert_no_overlaps(&self, what: &str) {
+        let overlaps = self.overlaps();
+        assert!(
+            overlaps.is_empty(),
+            "{what}: {overlaps:?}; runs {:?}",
+            self.runs()
+        );
+    }
+}
+
+/// A memory broker, an empty run record, and the instant runs are timed
+/// from.
+pub fn fresh() -> (MemoryBroker, Record, tokio::time::Instant) {
+    (
+        MemoryBroker::new(),
+        Record::default(),
+        tokio::time::Instant::now(),
+    )
 }
 
 /// Records each run into a [`Record`].
