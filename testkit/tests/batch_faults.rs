@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,22 +50,15 @@ impl Settled {
 }
 
 /// Polls `cond` every 5 ms of tokio's clock, for at most 120 s.
-async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
-        if cond().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("timed out waiting for: {what}");
+async fn until(what: &str, cond: impl AsyncFnMut() -> bool) {
+    let (every, limit) = (Duration::from_millis(5), Duration::from_secs(120));
+    support::poll_until(what, every, limit, cond).await;
 }
 
 /// Waits until `group` has settled everything on `stream`.
 async fn until_settled(memory: &MemoryBroker, stream: &str, group: &str) {
     until("the group settles everything", async || {
-        let info = memory.group_info(stream, group).await.unwrap();
-        info.pending == 0 && info.lag == 0
+        support::group_settled(memory, stream, group).await
     })
     .await;
 }
@@ -108,13 +103,7 @@ async fn ordered_batches(jobs: Vec<Job>) {
 #[tokio::test(start_paused = true)]
 async fn batches_start_in_the_order_they_closed() {
     let memory = MemoryBroker::new();
-    let app = RustStream::new(AppInfo::new("batches", "0"))
-        .with_broker(memory.clone(), |b| {
-            b.include(ordered_batches);
-        })
-        .start()
-        .await
-        .unwrap();
+    let app = support::start_shared("batches", Arc::new(memory.clone()), ordered_batches).await;
     let publisher = Publisher::new(Arc::new(memory.clone()));
     const N: u64 = 600;
     for n in 0..N {
@@ -182,13 +171,7 @@ async fn bounded_batches(jobs: Vec<Job>) -> Vec<HandlerOutcome> {
 async fn the_read_ahead_bound_holds_for_batches() {
     let memory = MemoryBroker::new();
     let faults = Arc::new(FaultyBroker::new(Arc::new(memory.clone()), 3));
-    let app = RustStream::new(AppInfo::new("batches", "0"))
-        .with_shared_broker(Arc::clone(&faults) as Arc<dyn Broker>, |b| {
-            b.include(bounded_batches);
-        })
-        .start()
-        .await
-        .unwrap();
+    let app = support::start_shared("batches", faults.clone(), bounded_batches).await;
     let publisher = Publisher::new(Arc::new(memory.clone()));
     for n in 0..200u64 {
         publisher.publish(&Job { n }).to("bound").await.unwrap();

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod batch_scenarios;
+mod support;
 
 use batch_scenarios::{Job, stream};
 use ruststream::prelude::*;

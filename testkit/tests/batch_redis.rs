@@ -6,6 +6,7 @@
 //! prefix per run (`rs-test:<random>:`).
 
 mod batch_scenarios;
+mod support;
 
 use ruststream_redis::RedisBroker;
 

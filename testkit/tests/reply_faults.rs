@@ -7,6 +7,8 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -50,13 +52,7 @@ async fn start_with_job(
     stream: &str,
     subscriber: impl ruststream::Subscriber,
 ) -> Running {
-    let app = RustStream::new(AppInfo::new("reply-faults", "0"))
-        .with_shared_broker(faulty.clone(), |b| {
-            b.include(subscriber);
-        })
-        .start()
-        .await
-        .unwrap();
+    let app = support::start_shared("reply-faults", faulty.clone(), subscriber).await;
     let job = Message::new(br#"{"n":7}"#.to_vec());
     faulty.inner().publish(stream, job).await.unwrap();
     app

@@ -7,6 +7,8 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -65,13 +67,7 @@ async fn reads_resume_after_an_outage_while_a_twin_holds_entries() {
         })
     };
     let faulty = Arc::new(FaultyBroker::new(Arc::new(inner.clone()), 7));
-    let app = RustStream::new(AppInfo::new("twin-outage", "0"))
-        .with_shared_broker(Arc::clone(&faulty) as Arc<dyn Broker>, |b| {
-            b.include(work);
-        })
-        .start()
-        .await
-        .unwrap();
+    let app = support::start_shared("twin-outage", faulty.clone(), work).await;
     // The look at the twin's entries falls due at 15 s, inside the outage.
     tokio::time::sleep(Duration::from_secs(12)).await;
     faulty.outage(&[CallKind::Read], Duration::from_secs(8));

@@ -74,15 +74,9 @@ impl Settled {
 }
 
 /// Polls `cond` every millisecond of tokio's clock, for at most 20 s.
-pub async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if cond().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("timed out waiting for: {what}");
+pub async fn until(what: &str, cond: impl AsyncFnMut() -> bool) {
+    let (every, limit) = (Duration::from_millis(1), Duration::from_secs(20));
+    crate::support::poll_until(what, every, limit, cond).await;
 }
 
 async fn publish<B: Broker + Clone>(broker: &B, stream: &str, ns: impl IntoIterator<Item = u64>) {
@@ -127,6 +121,24 @@ async fn run_until_handled<B: Broker + Clone>(
     (app, observer.all())
 }
 
+/// Declares `static $batches: Batches` and the batch subscriber `$name`
+/// of scenario stream `$stream` (group [`GROUP`], from the beginning),
+/// batched as `batch(...)` says, that records each batch it runs there
+/// and acks it.
+macro_rules! recording_subscriber {
+    ($batches:ident, $name:ident, $stream:literal, batch($($batch:tt)*)) => {
+        static $batches: Batches = Mutex::new(Vec::new());
+
+        #[subscriber(
+            RedisStream::new(stream($stream)).group(GROUP).start_id(StreamStart::Beginning),
+            batch($($batch)*)
+        )]
+        async fn $name(jobs: Vec<Job>) {
+            record(&$batches, &jobs);
+        }
+    };
+}
+
 /// Writes one test per scenario: `#[$test] async fn NAME()` running it on
 /// `$broker`.
 macro_rules! batch_scenario_tests {
@@ -166,12 +178,19 @@ fn retried_reasons(settled: &[(Vec<u8>, Settlement)]) -> Vec<&str> {
         .collect()
 }
 
+/// How many of the settlements acked their entry.
+fn acked(settled: &[(Vec<u8>, Settlement)]) -> usize {
+    settled
+        .iter()
+        .filter(|(_, s)| *s == Settlement::Acked)
+        .count()
+}
+
 /// Waits until the group has settled everything: nothing pending, nothing
 /// left to read.
 async fn until_settled<B: Broker>(broker: &B, stream: &str) {
     until("the group settles everything", async || {
-        let info = broker.group_info(stream, GROUP).await.unwrap();
-        info.pending == 0 && info.lag == 0
+        crate::support::group_settled(broker, stream, GROUP).await
     })
     .await;
 }
@@ -180,15 +199,7 @@ const WAIT: Duration = Duration::from_millis(200);
 
 // ---- all ack: full batches run at once, the rest after `wait` ------------
 
-static ACK: Batches = Mutex::new(Vec::new());
-
-#[subscriber(
-    RedisStream::new(stream("ack")).group(GROUP).start_id(StreamStart::Beginning),
-    batch(max = 4, wait = 200ms)
-)]
-async fn ack_all(jobs: Vec<Job>) {
-    record(&ACK, &jobs);
-}
+recording_subscriber!(ACK, ack_all, "ack", batch(max = 4, wait = 200ms));
 
 /// Ten entries, batches of four: two full batches, then two entries after
 /// the wait, all acked, in stream order.
@@ -316,13 +327,7 @@ pub async fn length_mismatch_retries_the_batch<B: Broker + Clone>(broker: B) {
             "{reason}"
         );
     }
-    assert_eq!(
-        settled
-            .iter()
-            .filter(|(_, s)| *s == Settlement::Acked)
-            .count(),
-        3
-    );
+    assert_eq!(acked(&settled), 3);
     assert!(
         broker
             .dead_letters(&stream, GROUP, EntryId::ZERO, 10)
@@ -376,11 +381,7 @@ pub async fn undecodable_entry_is_dead_lettered_alone<B: Broker + Clone>(broker:
     let (app, settled) = run_until_handled(&broker, decoding, &DECODE, 2, &stream).await;
     assert_eq!(ran(&DECODE)[0].0, [0, 2]);
     assert_dead_lettered_undecodable(&broker, &stream, bad).await;
-    let acked = settled
-        .iter()
-        .filter(|(_, s)| *s == Settlement::Acked)
-        .count();
-    assert_eq!(acked, 2);
+    assert_eq!(acked(&settled), 2);
     app.shutdown().await;
 }
 
@@ -443,25 +444,13 @@ pub async fn undecodable_entry_is_dead_lettered_even_if_the_batch_panics<B: Brok
             .any(|r| r.starts_with("the batch handler panicked: see the error logged for entry")),
         "{reasons:?}"
     );
-    let acked = settled
-        .iter()
-        .filter(|(_, s)| *s == Settlement::Acked)
-        .count();
-    assert_eq!(acked, 2, "{settled:?}");
+    assert_eq!(acked(&settled), 2, "{settled:?}");
     app.shutdown().await;
 }
 
 // ---- a batch still gathering keeps reading until it is full ---------------
 
-static FILLING: Batches = Mutex::new(Vec::new());
-
-#[subscriber(
-    RedisStream::new(stream("filling")).group(GROUP).start_id(StreamStart::Beginning),
-    batch(max = 10, wait = 1h)
-)]
-async fn filling(jobs: Vec<Job>) {
-    record(&FILLING, &jobs);
-}
+recording_subscriber!(FILLING, filling, "filling", batch(max = 10, wait = 1h));
 
 /// Six entries of a batch of ten, then four more: entries gathering do not
 /// count against the read window, so the subscription reads on and the
@@ -494,15 +483,7 @@ pub async fn a_filling_batch_keeps_reading<B: Broker + Clone>(broker: B) {
 
 // ---- the wait flushes a partial batch -------------------------------------
 
-static PARTIAL: Batches = Mutex::new(Vec::new());
-
-#[subscriber(
-    RedisStream::new(stream("partial")).group(GROUP).start_id(StreamStart::Beginning),
-    batch(max = 100, wait = 200ms)
-)]
-async fn partial(jobs: Vec<Job>) {
-    record(&PARTIAL, &jobs);
-}
+recording_subscriber!(PARTIAL, partial, "partial", batch(max = 100, wait = 200ms));
 
 /// Three entries for a batch of a hundred: they run together once the
 /// wait has passed since the first arrived, not before.

@@ -2,7 +2,7 @@
 //! (`crash`), private `redis-server` processes (`redis_server`) and
 //! private clusters of them (`redis_cluster`), and a proxy that holds a
 //! server's answers back (`proxy`), and a handler that records its runs
-//! (`recorder`).
+//! (`recorder`); and polling helpers for the tests on tokio's clock.
 
 // Each test binary uses part of this.
 #![allow(dead_code, unreachable_pub)]
@@ -46,6 +46,39 @@ pub async fn wait_until(limit: std::time::Duration, mut done: impl AsyncFnMut() 
     }
 }
 
+/// Polls `cond` every `every` of tokio's clock (a paused clock moves only
+/// while the app is idle) until it holds; panics naming `what` once
+/// `limit` has passed.
+pub async fn poll_until(
+    what: &str,
+    every: std::time::Duration,
+    limit: std::time::Duration,
+    mut cond: impl AsyncFnMut() -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(every).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+/// Whether group `group` of `stream` has settled everything: nothing
+/// pending, nothing left to read.
+pub async fn group_settled(
+    broker: &(impl ruststream::Broker + ?Sized),
+    stream: &str,
+    group: &str,
+) -> bool {
+    let info = broker
+        .group_info(stream, group)
+        .await
+        .expect("the group can be inspected");
+    info.pending == 0 && info.lag == 0
+}
+
 /// The payload of the real-time tests' jobs: a number that names each.
 #[derive(Debug, serde::Deserialize, serde::Serialize)]
 pub struct Job {
@@ -84,7 +117,16 @@ pub async fn start_app(
     broker: &ruststream_redis::RedisBroker,
     subscriber: impl ruststream::Subscriber,
 ) -> ruststream::Running {
-    let broker: std::sync::Arc<dyn ruststream::Broker> = std::sync::Arc::new(broker.clone());
+    start_shared(name, std::sync::Arc::new(broker.clone()), subscriber).await
+}
+
+/// Starts the app `name` (version 0) running `subscriber` alone on
+/// `broker`.
+pub async fn start_shared(
+    name: &str,
+    broker: std::sync::Arc<dyn ruststream::Broker>,
+    subscriber: impl ruststream::Subscriber,
+) -> ruststream::Running {
     ruststream::RustStream::new(ruststream::AppInfo::new(name, "0"))
         .with_shared_broker(broker, |b| {
             b.include(subscriber);
