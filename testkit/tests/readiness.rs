@@ -6,6 +6,8 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,14 +45,8 @@ const OPTIONS: ReadinessOptions = ReadinessOptions {
 };
 
 async fn start(broker: Arc<dyn Broker>) -> Running {
-    RustStream::new(AppInfo::new("ready", "0"))
-        .readiness(OPTIONS)
-        .with_shared_broker(broker, |b| {
-            b.include(work);
-        })
-        .start()
-        .await
-        .unwrap()
+    let app = RustStream::new(AppInfo::new("ready", "0")).readiness(OPTIONS);
+    support::start_alone(app, broker, work).await
 }
 
 /// The app on a fresh memory broker, with `job` published.

@@ -127,13 +127,23 @@ pub async fn start_shared(
     broker: std::sync::Arc<dyn ruststream::Broker>,
     subscriber: impl ruststream::Subscriber,
 ) -> ruststream::Running {
-    ruststream::RustStream::new(ruststream::AppInfo::new(name, "0"))
-        .with_shared_broker(broker, |b| {
-            b.include(subscriber);
-        })
-        .start()
-        .await
-        .expect("the app starts")
+    let app = ruststream::RustStream::new(ruststream::AppInfo::new(name, "0"));
+    start_alone(app, broker, subscriber).await
+}
+
+/// Starts `app` (configured as the test needs) running `subscriber` alone
+/// on `broker`.
+pub async fn start_alone(
+    app: ruststream::RustStream,
+    broker: std::sync::Arc<dyn ruststream::Broker>,
+    subscriber: impl ruststream::Subscriber,
+) -> ruststream::Running {
+    app.with_shared_broker(broker, |b| {
+        b.include(subscriber);
+    })
+    .start()
+    .await
+    .expect("the app starts")
 }
 
 /// The conformance target of a Redis broker (one server or a cluster), in

@@ -101,14 +101,8 @@ pub async fn start_one(
     broker: Arc<dyn Broker>,
     sub: HandWritten<Recorder>,
 ) -> Running {
-    RustStream::new(AppInfo::new("recorded", "0"))
-        .instance(who)
-        .with_shared_broker(broker, |b| {
-            b.include(sub);
-        })
-        .start()
-        .await
-        .unwrap()
+    let app = RustStream::new(AppInfo::new("recorded", "0")).instance(who);
+    super::start_alone(app, broker, sub).await
 }
 
 /// Acks every run.
