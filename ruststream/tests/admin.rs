@@ -47,6 +47,21 @@ async fn serve(app: RustStream, token: Option<&str>) -> (ruststream::Running, St
     (running, base)
 }
 
+/// App `app_name` on two brokers, each with its one subscriber.
+fn on_two_brokers(
+    app_name: &str,
+    (first, first_reads): (MemoryBroker, impl ruststream::Subscriber),
+    (second, second_reads): (MemoryBroker, impl ruststream::Subscriber),
+) -> RustStream {
+    RustStream::new(AppInfo::new(app_name, "0"))
+        .with_broker(first, |b| {
+            b.include(first_reads);
+        })
+        .with_broker(second, |b| {
+            b.include(second_reads);
+        })
+}
+
 /// A fresh memory broker and app `app_name` on it with the `jobs`
 /// subscriber, serving the admin endpoint (behind `token` if one is given).
 async fn start(app_name: &str, token: Option<&str>) -> (MemoryBroker, ruststream::Running, String) {
@@ -102,6 +117,32 @@ async fn get_json(url: &str) -> (StatusCode, Value) {
     let (status, body) = get(url).await;
     let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{url}: {e}: {body}"));
     (status, json)
+}
+
+/// The status of a dry run redriving all of group `g` of `admin-jobs`,
+/// sent with `authorization` as its `Authorization` header.
+async fn dry_run_redrive_all(base: &str, authorization: &str) -> StatusCode {
+    reqwest::Client::new()
+        .post(format!("{base}/groups/admin-jobs/g/redrive"))
+        .header("authorization", authorization)
+        .json(&serde_json::json!({ "all": true, "dry_run": true }))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// Makes `broker` fail its next fsync, and checks that the publish to
+/// `stream` it fails is refused: the log has stopped taking writes.
+async fn fail_stop(broker: &FileLogBroker, stream: &str) {
+    broker.inject_fsync_failure();
+    let publisher = ruststream::Publisher::new(std::sync::Arc::new(broker.clone()));
+    assert!(
+        publisher
+            .publish_raw(stream, ruststream::Message::new(b"{}".to_vec()))
+            .await
+            .is_err()
+    );
 }
 
 /// The value of the sample of `metric` whose labels include all of
@@ -398,14 +439,7 @@ async fn a_fail_stopped_file_log_is_neither_live_nor_ready() {
         });
     let (app, base) = serve(app, None).await;
     until_ready(&base).await;
-    broker.inject_fsync_failure();
-    let publisher = ruststream::Publisher::new(std::sync::Arc::new(broker.clone()));
-    assert!(
-        publisher
-            .publish_raw("admin-jobs", ruststream::Message::new(b"{}".to_vec()))
-            .await
-            .is_err()
-    );
+    fail_stop(&broker, "admin-jobs").await;
     for (check, why) in [("live", "problems"), ("ready", "reasons")] {
         let (status, body) = get_json(&format!("{base}/health/{check}")).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{check}");
@@ -452,13 +486,7 @@ async fn on_second(_job: &Job) {}
 #[tokio::test]
 async fn a_group_route_goes_to_the_broker_that_reads_the_group() {
     let (first, second) = (MemoryBroker::new(), MemoryBroker::new());
-    let app = RustStream::new(AppInfo::new("admin-two", "0"))
-        .with_broker(first, |b| {
-            b.include(on_first);
-        })
-        .with_broker(second, |b| {
-            b.include(on_second);
-        });
+    let app = on_two_brokers("admin-two", (first, on_first), (second, on_second));
     let (app, base) = serve(app, None).await;
     for group in ["g", "h"] {
         let (status, body) = get(&format!("{base}/groups/admin-two/{group}")).await;
@@ -480,13 +508,7 @@ async fn a_route_for_a_group_not_read_here_goes_to_the_broker_of_its_stream() {
         .ensure_group("admin-two", "audit", StreamStart::Beginning)
         .await
         .unwrap();
-    let app = RustStream::new(AppInfo::new("admin-audit", "0"))
-        .with_broker(first, |b| {
-            b.include(elsewhere);
-        })
-        .with_broker(second, |b| {
-            b.include(on_second);
-        });
+    let app = on_two_brokers("admin-audit", (first, elsewhere), (second, on_second));
     let (app, base) = serve(app, None).await;
     let (status, body) = get(&format!("{base}/groups/admin-two/audit")).await;
     app.shutdown().await;
@@ -537,14 +559,7 @@ async fn a_dry_run_by_ids_on_an_unknown_group_is_not_found() {
 #[tokio::test]
 async fn the_bearer_scheme_is_case_insensitive() {
     let (_broker, app, base) = start("admin-bearer-case", Some(TOKEN)).await;
-    let status = reqwest::Client::new()
-        .post(format!("{base}/groups/admin-jobs/g/redrive"))
-        .header("authorization", format!("bearer {TOKEN}"))
-        .json(&serde_json::json!({ "all": true, "dry_run": true }))
-        .send()
-        .await
-        .unwrap()
-        .status();
+    let status = dry_run_redrive_all(&base, &format!("bearer {TOKEN}")).await;
     app.shutdown().await;
     assert_eq!(status, StatusCode::OK);
 }
@@ -582,14 +597,7 @@ async fn a_token_set_before_the_address_turns_the_write_routes_on() {
         .admin(([127, 0, 0, 1], 0).into());
     let running = app.start().await.unwrap();
     let base = format!("http://{}", running.admin_addr().unwrap());
-    let status = reqwest::Client::new()
-        .post(format!("{base}/groups/admin-jobs/g/redrive"))
-        .bearer_auth(TOKEN)
-        .json(&serde_json::json!({ "all": true, "dry_run": true }))
-        .send()
-        .await
-        .unwrap()
-        .status();
+    let status = dry_run_redrive_all(&base, &format!("Bearer {TOKEN}")).await;
     running.shutdown().await;
     assert_eq!(status, StatusCode::OK);
 }
@@ -609,14 +617,7 @@ async fn a_fail_stopped_file_log_the_app_only_publishes_to_is_not_live() {
         .with_broker(out.clone(), |_| {});
     let (app, base) = serve(app, None).await;
     until_ready(&base).await;
-    out.inject_fsync_failure();
-    let publisher = ruststream::Publisher::new(std::sync::Arc::new(out.clone()));
-    assert!(
-        publisher
-            .publish_raw("admin-out", ruststream::Message::new(b"{}".to_vec()))
-            .await
-            .is_err()
-    );
+    fail_stop(&out, "admin-out").await;
     let (status, body) = get(&format!("{base}/health/live")).await;
     app.shutdown_within(Duration::from_secs(1)).await;
     let _ = std::fs::remove_dir_all(&dir);
