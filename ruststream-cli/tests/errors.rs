@@ -6,8 +6,7 @@
 
 mod support;
 
-use ruststream::{Broker, FileLogBroker, Message};
-use support::{TempDir, cli, cli_with};
+use support::{TempDir, cli, cli_with, log_with_one_entry};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targets_missing_doubled_or_malformed_are_usage_errors() {
@@ -126,10 +125,7 @@ async fn bad_ids_durations_and_counts_are_one_line_usage_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_target_can_come_from_the_environment() {
     let dir = TempDir::new("env");
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.publish("env-stream", Message::new("x")).await.unwrap();
-    b.sync().await.unwrap();
-    drop(b);
+    log_with_one_entry(&dir, "env-stream", "x").await;
     let url = format!("file:{}", dir.arg());
     let out = cli_with(
         &["--format", "json", "streams"],

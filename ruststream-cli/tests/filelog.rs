@@ -11,17 +11,27 @@ mod support;
 use std::time::Duration;
 
 use ruststream::{Broker, EntryId, FileLogBroker, Message, StreamStart};
-use support::{TempDir, cli, cli_in, cli_in_background, json_in, numbers, read_new, stdout_of};
+use support::{
+    TempDir, cli, cli_in, cli_in_background, json_in, log_with_one_entry, numbers, read_new,
+    stdout_of,
+};
+
+/// The file log in `dir`, opened, with group `g` on stream `jobs` from its
+/// beginning.
+async fn with_group_g(dir: &TempDir) -> FileLogBroker {
+    let b = FileLogBroker::open(&dir.0).unwrap();
+    b.ensure_group("jobs", "g", StreamStart::Beginning)
+        .await
+        .unwrap();
+    b
+}
 
 /// Stream `jobs`, group `g`: `job-1` and `job-2` pending under `c1`;
 /// `job-3` acked by `c2`; `poison-1` (header `tenant=acme`) and
 /// `poison-2` dead-lettered by `c2`, for a bad payload and a timeout.
 /// Returns the broker (holding the directory) and the dead letters' ids.
 async fn fill(dir: &TempDir) -> (FileLogBroker, EntryId, EntryId) {
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.ensure_group("jobs", "g", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = with_group_g(dir).await;
     for text in ["job-1", "job-2", "job-3"] {
         b.publish("jobs", Message::new(text)).await.unwrap();
     }
@@ -407,10 +417,7 @@ async fn a_publish_failing_after_its_first_batch_says_what_was_published() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_with_line_breaks_print_on_one_line() {
     let dir = TempDir::new("header-lines");
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.ensure_group("jobs", "g", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = with_group_g(&dir).await;
     let forged = "first\n1796172361835-0  forged";
     let one = Message::new("one").with_header("no\nte", forged);
     b.publish("jobs", one).await.unwrap();
@@ -481,10 +488,7 @@ fn files_but_the_lock(dir: &std::path::Path) -> Vec<(String, Vec<u8>, std::time:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_dry_runs_change_no_file() {
     let dir = TempDir::new("reads-write-nothing");
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.ensure_group("jobs", "g", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = with_group_g(&dir).await;
     for n in 0..5 {
         b.publish("jobs", Message::new(format!("m{n}")))
             .await
@@ -530,10 +534,7 @@ async fn reads_and_dry_runs_change_no_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_log_keeps_a_live_consumers_idle_time_across_a_snapshot_and_a_restart() {
     let dir = TempDir::new("idle-time");
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.ensure_group("jobs", "g", StreamStart::Beginning)
-        .await
-        .unwrap();
+    let b = with_group_g(&dir).await;
     b.publish("jobs", Message::new("one")).await.unwrap();
     let batch = read_new(&b, ("jobs", "g", "c"), 1).await;
     let ids: Vec<_> = batch.deliveries.iter().map(|d| d.id()).collect();
@@ -576,10 +577,7 @@ async fn a_file_log_keeps_a_live_consumers_idle_time_across_a_snapshot_and_a_res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_opens_its_log_while_tail_follows_it() {
     let dir = TempDir::new("tail-takes-no-lock");
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    b.publish("jobs", Message::new("first")).await.unwrap();
-    b.sync().await.unwrap();
-    drop(b);
+    log_with_one_entry(&dir, "jobs", "first").await;
     let d = dir.arg();
     let tail = cli_in_background(&["--dir", d.as_str()], "tail jobs --from 0 --count 3");
     for n in 0..200 {

@@ -205,6 +205,16 @@ impl Drop for TempDir {
     }
 }
 
+/// Opens the file log in `dir`, publishes `payload` to `stream`, makes it
+/// durable and closes the log: a log a service wrote and let go of.
+pub async fn log_with_one_entry(dir: &TempDir, stream: &str, payload: &str) {
+    let b = ruststream::FileLogBroker::open(&dir.0).unwrap();
+    b.publish(stream, ruststream::Message::new(payload.to_owned()))
+        .await
+        .unwrap();
+    b.sync().await.unwrap();
+}
+
 /// Polls `cond` every 20 ms for up to 20 s.
 pub async fn until<F: Future<Output = bool>>(what: &str, mut cond: impl FnMut() -> F) {
     for _ in 0..1_000 {
