@@ -18,8 +18,8 @@ use ruststream::{
     broker_methods, forward_broker,
 };
 use support::{
-    Job, advance, group_with_jobs, publish_jobs, publish_keyed, read_new_as, refused,
-    start_fresh_named, start_one_named, start_two_named, stream_len,
+    Job, advance, group_with_jobs, keep_claims_fresh, publish_jobs, publish_keyed, read_new_as,
+    refused, start_fresh_named, start_one_named, start_two_named, stream_len,
 };
 
 /// A memory broker whose settles (ack, retry, dead letter) can be made to
@@ -296,18 +296,7 @@ async fn the_recheck_of_a_claiming_subscription_leaves_a_live_twins_entries() {
     group_with_jobs(&flaky.inner, "twin-claim", 0..3).await;
     let held = read_new_as(&flaky.inner, "twin-claim", "twin-name", 3).await;
     // The twin refreshes its claims every 5 s, as a subscription does.
-    let refresher = {
-        let inner = flaky.inner.clone();
-        tokio::spawn(async move {
-            loop {
-                inner
-                    .extend_claim("twin-claim", "g", "twin-name", &held)
-                    .await
-                    .unwrap();
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        })
-    };
+    let refresher = keep_claims_fresh(flaky.inner.clone(), ("twin-claim", "g", "twin-name"), held);
     let app = start_one_named("test", flaky.clone(), twin_claim).await;
     advance(Duration::from_secs(1), 23).await;
     flaky.time_out_next_read.store(true, Ordering::SeqCst);

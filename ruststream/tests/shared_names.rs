@@ -8,10 +8,13 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 
 use ruststream::prelude::*;
 use ruststream::{Handled, Observer, ReadMode, ReadRequest, StreamStart};
+use support::keep_claims_fresh;
 
 const STREAM: &str = "shared";
 const GROUP: &str = "g";
@@ -105,19 +108,7 @@ async fn entries_a_live_twin_keeps_fresh_are_never_taken_until_it_stops() {
     let broker = broker_with(0..10).await;
     let twins = read_as_twin(&broker, 3).await;
     // The twin keeps its claims fresh, as a running process does.
-    let refresher = {
-        let broker = broker.clone();
-        let twins = twins.clone();
-        tokio::spawn(async move {
-            loop {
-                broker
-                    .extend_claim(STREAM, GROUP, NAME, &twins)
-                    .await
-                    .unwrap();
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        })
-    };
+    let refresher = keep_claims_fresh(broker.clone(), (STREAM, GROUP, NAME), twins.clone());
     let seen = Arc::new(Seen::default());
     let app = start(&broker, &seen).await;
     tokio::time::sleep(WINDOW * 4).await;

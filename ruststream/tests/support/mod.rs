@@ -69,6 +69,24 @@ pub async fn read_new_as(
     batch.deliveries.iter().map(|d| d.id()).collect()
 }
 
+/// A twin process reading `stream` as `consumer` of `group`: keeps its
+/// claims on `ids` fresh every 5 s, as a subscription does, until aborted.
+pub fn keep_claims_fresh(
+    broker: MemoryBroker,
+    (stream, group, consumer): (&'static str, &'static str, &'static str),
+    ids: Vec<EntryId>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            broker
+                .extend_claim(stream, group, consumer, &ids)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    })
+}
+
 /// The error a test broker named `broker` injects for a call it refuses.
 pub fn refused(broker: &'static str) -> BrokerError {
     BrokerError::Connection {
