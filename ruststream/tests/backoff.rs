@@ -13,7 +13,9 @@ use std::sync::Mutex;
 
 use ruststream::prelude::*;
 use ruststream::{BackoffPolicy, Subscriber};
-use support::{Job, advance, publish_jobs, settle, start_fresh, start_one, until};
+use support::{
+    Job, advance, next_delivery_at, publish_jobs, settle, start_fresh, start_one, until,
+};
 use tokio::time::Instant;
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
@@ -57,16 +59,12 @@ async fn deliveries_follow(log: &Log, policy: BackoffPolicy, retries: u32) {
             "delivery {count}: {delay:?} outside [{:?}, {ceiling:?}]",
             ceiling / 2
         );
-        advance(delay - MS, 1).await;
-        assert_eq!(
-            seen(log).len(),
+        next_delivery_at(
+            delay,
             count as usize + 1,
-            "delivery {count}: not before {delay:?}"
-        );
-        tokio::time::advance(MS).await;
-        until("the next delivery", async || {
-            seen(log).len() == count as usize + 2
-        })
+            || seen(log).len(),
+            &format!("delivery {count}: not before {delay:?}"),
+        )
         .await;
         let (next_id, _, next_at) = seen(log)[count as usize + 1];
         assert_eq!(next_id, id, "a delayed retry keeps the entry's id");
@@ -152,10 +150,13 @@ async fn an_explicit_retry_after_wins_over_the_backoff() {
     until("second delivery", async || seen(&EXPLICIT).len() == 2).await;
     settle().await;
     // retry() now: the fixed 1 s, no jitter.
-    advance(Duration::from_secs(1) - MS, 1).await;
-    assert_eq!(seen(&EXPLICIT).len(), 2);
-    tokio::time::advance(MS).await;
-    until("third delivery", async || seen(&EXPLICIT).len() == 3).await;
+    next_delivery_at(
+        Duration::from_secs(1),
+        2,
+        || seen(&EXPLICIT).len(),
+        "the fixed 1 s",
+    )
+    .await;
     let log = seen(&EXPLICIT);
     assert_eq!(log[1].2 - log[0].2, Duration::from_secs(5));
     assert_eq!(log[2].2 - log[1].2, Duration::from_secs(1));
@@ -195,10 +196,13 @@ async fn the_delay_follows_the_delivery_count_across_a_restart() {
     assert_eq!(count, 1);
     let delay = policy.delay(id, 1);
     assert!(delay >= 100 * MS && delay <= 200 * MS, "{delay:?}");
-    advance(delay - MS, 1).await;
-    assert_eq!(seen(&RESTART).len(), 2, "not before the count-1 delay");
-    tokio::time::advance(MS).await;
-    until("third delivery", async || seen(&RESTART).len() == 3).await;
+    next_delivery_at(
+        delay,
+        2,
+        || seen(&RESTART).len(),
+        "not before the count-1 delay",
+    )
+    .await;
     assert_eq!(seen(&RESTART)[2].2 - at, delay);
     second.shutdown().await;
 }

@@ -13,8 +13,9 @@ use std::time::Duration;
 use ruststream::prelude::*;
 use ruststream::{Broker, Message, PARTITION_KEY_HEADER, ReadMode, ReadRequest, StartError};
 use support::{
-    Spy, advance, dead_letters, group_info, pending, settle, start, start_fresh, start_fresh_named,
-    start_one, start_two, stream_len, until, until_acked, until_dead, until_pending,
+    Spy, advance, dead_letters, group_info, next_delivery_at, pending, settle, start, start_fresh,
+    start_fresh_named, start_one, start_two, stream_len, until, until_acked, until_dead,
+    until_pending,
 };
 
 const MIN_IDLE: Duration = Duration::from_secs(30);
@@ -101,10 +102,13 @@ async fn retry_on_a_claiming_subscription_leaves_the_entry_pending_without_a_cop
         "no copy appended"
     );
 
-    advance(MIN_IDLE - Duration::from_millis(1), 1).await;
-    assert_eq!(seen(&CLAIM_RETRY).len(), 1, "not before min_idle");
-    tokio::time::advance(Duration::from_millis(1)).await;
-    until("redelivery", async || seen(&CLAIM_RETRY).len() == 2).await;
+    next_delivery_at(
+        MIN_IDLE,
+        1,
+        || seen(&CLAIM_RETRY).len(),
+        "not before min_idle",
+    )
+    .await;
     assert_eq!(
         seen(&CLAIM_RETRY)[1],
         (1, 1),
@@ -131,14 +135,13 @@ async fn claim_later(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 async fn retry_after_and_dead_letter_on_a_claiming_subscription() {
     let (broker, app) = running(claim_later, "claim-later", [job(7)]).await;
     until("first delivery", async || seen(&CLAIM_LATER).len() == 1).await;
-    advance(Duration::from_millis(4_999), 1).await;
-    assert_eq!(
-        seen(&CLAIM_LATER).len(),
+    next_delivery_at(
+        Duration::from_secs(5),
         1,
-        "owed after the delay, not before"
-    );
-    tokio::time::advance(Duration::from_millis(1)).await;
-    until("second delivery", async || seen(&CLAIM_LATER).len() == 2).await;
+        || seen(&CLAIM_LATER).len(),
+        "owed after the delay, not before",
+    )
+    .await;
     until("dead letter", async || {
         dead_letters(&broker, "claim-later", "g", 10).await.len() == 1
     })

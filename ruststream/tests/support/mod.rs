@@ -203,6 +203,17 @@ pub async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
     panic!("timed out waiting for: {what}");
 }
 
+/// Checks that the next delivery lands at `due` from now, not a
+/// millisecond sooner: moves the paused clock on to a millisecond short of
+/// `due`, checks that `count()` is still `n` (`why` if not), then moves it
+/// the last millisecond and waits until `count()` is `n + 1`.
+pub async fn next_delivery_at(due: Duration, n: usize, count: impl Fn() -> usize, why: &str) {
+    advance(due - Duration::from_millis(1), 1).await;
+    assert_eq!(count(), n, "{why}");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    until("the next delivery", async || count() == n + 1).await;
+}
+
 /// Yields until `group` on `stream` holds nothing pending.
 pub async fn until_acked(what: &str, broker: &dyn Broker, stream: &str, group: &str) {
     until(what, async || {
