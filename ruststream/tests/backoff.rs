@@ -72,6 +72,21 @@ async fn deliveries_follow(log: &Log, policy: BackoffPolicy, retries: u32) {
     }
 }
 
+/// Starts `subscriber`, declared with the `exponential()` backoff, on a
+/// fresh broker, publishes one job to `stream`, and follows the entry
+/// through six retries (`deliveries_follow`); the broker and the app.
+async fn backs_off_exponentially(
+    subscriber: impl Subscriber,
+    stream: &str,
+    log: &Log,
+) -> (MemoryBroker, ruststream::Running) {
+    assert_eq!(subscriber.subscription().backoff, Some(exponential()));
+    let (broker, app) = start_fresh(subscriber).await;
+    publish_jobs(&broker, stream, [1]).await;
+    deliveries_follow(log, exponential(), 6).await;
+    (broker, app)
+}
+
 // ---- a new subscription: errors and panics back off ---------------------
 
 static NEW: Log = Mutex::new(Vec::new());
@@ -89,11 +104,8 @@ async fn failing_new(_job: &Job, ctx: &mut Context<'_>) -> Result<(), String> {
 
 #[tokio::test(start_paused = true)]
 async fn backoff_on_a_new_subscription_delays_each_retry_by_the_delivery_count() {
-    assert_eq!(failing_new.subscription().backoff, Some(exponential()));
-    let (broker, app) = start_fresh(failing_new).await;
-    publish_jobs(&broker, "backoff-new", [1]).await;
     // 100, 200, 400, 800 ms ceilings, then capped at 1 s.
-    deliveries_follow(&NEW, exponential(), 6).await;
+    let (broker, app) = backs_off_exponentially(failing_new, "backoff-new", &NEW).await;
     let info = broker.stream_info("backoff-new").await.unwrap().unwrap();
     assert_eq!(info.length, 1, "a delayed retry appends no copy");
     app.shutdown().await;
@@ -114,10 +126,8 @@ async fn failing_claiming(_job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
 
 #[tokio::test(start_paused = true)]
 async fn backoff_on_a_claiming_subscription_replaces_the_min_idle_wait() {
-    assert_eq!(failing_claiming.subscription().backoff, Some(exponential()));
-    let (broker, app) = start_fresh(failing_claiming).await;
-    publish_jobs(&broker, "backoff-claiming", [1]).await;
-    deliveries_follow(&CLAIMING, exponential(), 6).await;
+    let (_broker, app) =
+        backs_off_exponentially(failing_claiming, "backoff-claiming", &CLAIMING).await;
     app.shutdown().await;
 }
 
