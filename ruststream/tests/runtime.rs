@@ -650,14 +650,22 @@ async fn recover_claiming(job: &Job, ctx: &mut Context<'_>) {
     note(&RECOVERED_CLAIMING, job, ctx);
 }
 
-/// Reads `n` entries as `consumer` and never acks them: a process that
-/// crashed holding them.
-async fn crash_holding(broker: &MemoryBroker, stream: &str, consumer: &str, mode: ReadMode) {
+/// A fresh memory broker with group `g` on `stream` (from its end) and
+/// jobs 0, 1 and 2 published to it, all three read as `consumer` (in
+/// `mode`) and never acked: a process that crashed holding them.
+async fn crashed_holding_three(stream: &str, consumer: &str, mode: ReadMode) -> MemoryBroker {
+    let broker = MemoryBroker::new();
+    broker
+        .ensure_group(stream, "g", ruststream::StreamStart::New)
+        .await
+        .unwrap();
+    publish(&broker, stream, (0..3).map(job)).await;
     let batch = broker
         .read(ReadRequest::new(stream, "g", consumer, mode, 3))
         .await
         .unwrap();
     assert_eq!(batch.deliveries.len(), 3);
+    broker
 }
 
 /// The live window at the default keep-alive: entries refreshed more
@@ -671,13 +679,7 @@ const LIVE_WINDOW: Duration = Duration::from_secs(15);
 /// those entries out again.
 #[tokio::test(start_paused = true)]
 async fn a_restarted_consumer_handles_what_it_held_before_the_crash() {
-    let broker = MemoryBroker::new();
-    broker
-        .ensure_group("recover", "g", ruststream::StreamStart::New)
-        .await
-        .unwrap();
-    publish(&broker, "recover", (0..3).map(job)).await;
-    crash_holding(&broker, "recover", "worker-a", ReadMode::New).await;
+    let broker = crashed_holding_three("recover", "worker-a", ReadMode::New).await;
     publish(&broker, "recover", (3..5).map(job)).await;
     tokio::time::advance(LIVE_WINDOW).await;
 
@@ -697,14 +699,8 @@ async fn a_restarted_consumer_handles_what_it_held_before_the_crash() {
 /// window (three keep-alive intervals, under `min_idle`) has passed.
 #[tokio::test(start_paused = true)]
 async fn a_restarted_claiming_consumer_does_not_wait_for_min_idle() {
-    let broker = MemoryBroker::new();
-    broker
-        .ensure_group("recover-claiming", "g", ruststream::StreamStart::New)
-        .await
-        .unwrap();
-    publish(&broker, "recover-claiming", (0..3).map(job)).await;
     let mode = ReadMode::Claiming { min_idle: MIN_IDLE };
-    crash_holding(&broker, "recover-claiming", "worker-b", mode).await;
+    let broker = crashed_holding_three("recover-claiming", "worker-b", mode).await;
 
     let started = tokio::time::Instant::now();
     let app = start_one(&broker, recover_claiming).await;
