@@ -17,7 +17,8 @@ use common::{
     with_jobs_group,
 };
 use ruststream_core::{
-    Broker, BrokerError, EntryId, Message, ReadMode, ReadRequest, Retry, StreamStart, Trim,
+    Broker, BrokerError, EntryId, Message, PendingEntry, ReadMode, ReadRequest, Retry, StreamStart,
+    Trim,
 };
 use ruststream_filelog::{FileLogBroker, FileLogOptions, Retention, SyncPolicy};
 
@@ -200,25 +201,14 @@ async fn every_truncation_of_the_last_record_reopens_cleanly() {
 async fn a_retry_copy_lost_to_a_power_failure_leaves_its_original_owed() {
     let dir = TempDir::new();
     let b = common::open_with_jobs_group(&dir.0).await;
-    let id = b.publish("jobs", msg("job")).await.unwrap();
-    let read = read_jobs(&b, 1).await;
-    assert_eq!(read.deliveries.len(), 1);
+    let id = publish_and_read_one(&b).await;
     let segment = segments(&dir.0, "jobs")[0].clone();
     let durable = fs::metadata(&segment).unwrap().len();
     assert_eq!(b.retry("jobs", "g1", &[id], Retry::Copy).await.unwrap(), 1);
     drop(b);
     // The journal's record reached the disk; the copy did not.
-    OpenOptions::new()
-        .write(true)
-        .open(&segment)
-        .unwrap()
-        .set_len(durable)
-        .unwrap();
-    let b = FileLogBroker::open(&dir.0).unwrap();
-    let pending = b
-        .pending("jobs", "g1", EntryId::ZERO, 10, None)
-        .await
-        .unwrap();
+    let b = reopen_after_losing_the_copy(&dir.0, &segment, durable);
+    let pending = pending_jobs(&b).await;
     assert_eq!(pending.len(), 1, "{pending:?}");
     assert_eq!(
         (
@@ -232,6 +222,13 @@ async fn a_retry_copy_lost_to_a_power_failure_leaves_its_original_owed() {
     let again = read_jobs(&b, 10).await;
     assert_eq!(again.deliveries.len(), 1);
     assert_eq!(again.deliveries[0].id(), id);
+}
+
+/// The first ten pending entries of group `g1` on `jobs`.
+async fn pending_jobs(b: &FileLogBroker) -> Vec<PendingEntry> {
+    b.pending("jobs", "g1", EntryId::ZERO, 10, None)
+        .await
+        .unwrap()
 }
 
 /// Publishes one entry to `jobs` and has consumer `c` of `g1` read it.
@@ -543,21 +540,24 @@ async fn a_segment_a_retry_copy_lets_go_is_removed_only_once_the_copy_is_durable
     );
 }
 
-/// Reopens `dir` after a power failure that kept the journal but cut the
-/// segment back to `durable` bytes (the retry's copy never reached the
-/// disk), and checks that `id` is owed again.
-async fn owed_again_after_losing_the_copy(dir: &Path, segment: &Path, durable: u64, id: EntryId) {
+/// Reopens `dir` after a power failure that kept the journal but cut
+/// `segment` back to `durable` bytes: the retry's copy never reached the
+/// disk.
+fn reopen_after_losing_the_copy(dir: &Path, segment: &Path, durable: u64) -> FileLogBroker {
     OpenOptions::new()
         .write(true)
         .open(segment)
         .unwrap()
         .set_len(durable)
         .unwrap();
-    let b = FileLogBroker::open(dir).unwrap();
-    let pending = b
-        .pending("jobs", "g1", EntryId::ZERO, 10, None)
-        .await
-        .unwrap();
+    FileLogBroker::open(dir).unwrap()
+}
+
+/// Reopens `dir` after a power failure that lost the retry's copy
+/// ([`reopen_after_losing_the_copy`]), and checks that `id` is owed again.
+async fn owed_again_after_losing_the_copy(dir: &Path, segment: &Path, durable: u64, id: EntryId) {
+    let b = reopen_after_losing_the_copy(dir, segment, durable);
+    let pending = pending_jobs(&b).await;
     let owed: Vec<EntryId> = pending.iter().map(|p| p.id).collect();
     assert_eq!(owed, [id], "the original comes back owed: {pending:?}");
     let again = read_jobs(&b, 10).await;
@@ -572,9 +572,7 @@ async fn owed_again_after_losing_the_copy(dir: &Path, segment: &Path, durable: u
 async fn a_kept_entry_retried_with_a_copy_lost_to_a_power_failure_comes_back_owed() {
     let dir = TempDir::new();
     let b = common::open_with_jobs_group(&dir.0).await;
-    let id = b.publish("jobs", msg("job")).await.unwrap();
-    let read = ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1);
-    assert_eq!(b.read(read).await.unwrap().deliveries.len(), 1);
+    let id = publish_and_read_one(&b).await;
     let later = b.publish("jobs", msg("later")).await.unwrap();
     b.trim("jobs", Trim::MinId(later)).await.unwrap();
     b.sync().await.unwrap();
@@ -592,9 +590,7 @@ async fn a_kept_entry_retried_with_a_copy_lost_to_a_power_failure_comes_back_owe
 async fn a_trim_after_a_retry_copy_lost_to_a_power_failure_leaves_the_original_owed() {
     let dir = TempDir::new();
     let b = common::open_with_jobs_group(&dir.0).await;
-    let id = b.publish("jobs", msg("job")).await.unwrap();
-    let read = ReadRequest::new("jobs", "g1", "c", ReadMode::New, 1);
-    assert_eq!(b.read(read).await.unwrap().deliveries.len(), 1);
+    let id = publish_and_read_one(&b).await;
     b.sync().await.unwrap();
     let segment = segments(&dir.0, "jobs")[0].clone();
     let durable = fs::metadata(&segment).unwrap().len();
@@ -755,10 +751,7 @@ async fn a_delayed_retry_keeps_its_due_time_across_a_reopen() {
     b.compact().unwrap();
     drop(b);
     let b = FileLogBroker::open(&dir.0).unwrap();
-    let p = b
-        .pending("jobs", "g1", EntryId::ZERO, 10, None)
-        .await
-        .unwrap();
+    let p = pending_jobs(&b).await;
     assert_eq!(p.len(), 1);
     assert_eq!(p[0].times_delivered, 1);
     let owed = p[0].owed_in_ms.expect("owed");
