@@ -17,7 +17,7 @@ use ruststream_core::{
     StreamStart, Trim,
 };
 use ruststream_redis::{ORIGINAL_ID_HEADER, RedisBroker};
-use support::{ensure_groups, publish_bytes, raw, unique, url, xpending, xrange};
+use support::{ensure_groups, publish_bytes, raw, raw_command, unique, url, xpending, xrange};
 
 const G: &str = "g";
 
@@ -40,13 +40,12 @@ fn big_fields(n: usize) -> Vec<(String, String)> {
 
 /// Appends an entry with `fields` as another client would.
 async fn xadd(stream: &str, fields: &[(String, String)]) -> EntryId {
-    let mut cli = raw(0).await;
     let mut cmd = redis::cmd("XADD");
     cmd.arg(stream).arg("*");
     for (name, value) in fields {
         cmd.arg(name).arg(value);
     }
-    let id: String = cmd.query_async(&mut cli).await.unwrap();
+    let id: String = raw_command(&cmd).await;
     id.parse().unwrap()
 }
 
@@ -452,28 +451,11 @@ async fn owed_entries_written_before_the_padded_layout_are_still_read() {
     let (broker, s) = broker_and_stream("owed-legacy").await;
     let id = publish_bytes(&broker, &s, b"x").await;
     assert_eq!(new_read(&broker, &s, "c", 10).await, [id]);
-    let mut cli = raw(0).await;
-    let _: i64 = redis::cmd("XACK")
-        .arg(&s)
-        .arg(G)
-        .arg(id.to_string())
-        .query_async(&mut cli)
-        .await
-        .unwrap();
-    let _: i64 = redis::cmd("ZADD")
-        .arg(format!("rs:{{{s}}}:due:{G}"))
-        .arg(0)
-        .arg(id.to_string())
-        .query_async(&mut cli)
-        .await
-        .unwrap();
-    let _: i64 = redis::cmd("HSET")
-        .arg(format!("rs:{{{s}}}:owed:{G}"))
-        .arg(id.to_string())
-        .arg("1 0")
-        .query_async(&mut cli)
-        .await
-        .unwrap();
+    let _: i64 = raw_command(redis::cmd("XACK").arg(&s).arg(G).arg(id.to_string())).await;
+    let due = format!("rs:{{{s}}}:due:{G}");
+    let _: i64 = raw_command(redis::cmd("ZADD").arg(due).arg(0).arg(id.to_string())).await;
+    let owed = format!("rs:{{{s}}}:owed:{G}");
+    let _: i64 = raw_command(redis::cmd("HSET").arg(owed).arg(id.to_string()).arg("1 0")).await;
     let pending = broker
         .pending(&s, G, EntryId::ZERO, 10, None)
         .await
@@ -634,12 +616,7 @@ async fn names_that_would_share_keys_are_refused_before_anything_is_sent() {
         assert!(err.to_string().contains("consumer name"), "{err}");
     }
     // Nothing was created by the refused calls.
-    let mut cli = raw(0).await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("*{base}*"))
-        .query_async(&mut cli)
-        .await
-        .unwrap();
+    let keys: Vec<String> = raw_command(redis::cmd("KEYS").arg(format!("*{base}*"))).await;
     assert_eq!(keys, Vec::<String>::new());
     // A fine name (colons, dots, braces in a consumer name) works.
     let s = format!("{base}:payments.v2");
@@ -777,22 +754,12 @@ async fn a_group_cannot_start_or_move_past_the_end_of_its_stream() {
 
 /// Makes one of the group's side keys a string, so that a write to it fails.
 async fn spoil(key: &str) {
-    let mut cli = raw(0).await;
-    let _: () = redis::cmd("SET")
-        .arg(key)
-        .arg("not ours")
-        .query_async(&mut cli)
-        .await
-        .unwrap();
+    let _: () = raw_command(redis::cmd("SET").arg(key).arg("not ours")).await;
 }
 
+/// Undoes [`spoil`]: deletes the key.
 async fn unspoil(key: &str) {
-    let mut cli = raw(0).await;
-    let _: i64 = redis::cmd("DEL")
-        .arg(key)
-        .query_async(&mut cli)
-        .await
-        .unwrap();
+    let _: i64 = raw_command(redis::cmd("DEL").arg(key)).await;
 }
 
 /// An ack is one `XACK` when every id is pending; when some id is owed
@@ -892,19 +859,18 @@ async fn an_own_pending_page_of_trimmed_entries_does_not_end_the_list() {
 /// What a read's lost reply leaves: the server ran `XREADGROUP` (the
 /// entries are pending under `consumer`) and the caller never saw them.
 async fn read_lost(s: &str, consumer: &str) {
-    let mut conn = raw(0).await;
-    let _: Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(G)
-        .arg(consumer)
-        .arg("COUNT")
-        .arg(10)
-        .arg("STREAMS")
-        .arg(s)
-        .arg(">")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let _: Value = raw_command(
+        redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(G)
+            .arg(consumer)
+            .arg("COUNT")
+            .arg(10)
+            .arg("STREAMS")
+            .arg(s)
+            .arg(">"),
+    )
+    .await;
 }
 
 /// What the runtime does after a failed read: hands back, owed at once,
@@ -1029,23 +995,13 @@ async fn an_owed_step_that_fails_fails_the_read() {
         .unwrap();
     let e2 = publish_bytes(&broker, &s, b"e2").await;
     // The owed step refuses to run on a side key of the wrong type.
-    let mut conn = raw(0).await;
     let owed = format!("rs:{{{s}}}:owed:{G}");
-    let _: () = redis::cmd("SET")
-        .arg(&owed)
-        .arg("not a hash")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    spoil(&owed).await;
     let read = broker
         .read(ReadRequest::new(&s, G, "c", ReadMode::New, 10))
         .await;
     assert!(read.is_err(), "{read:?}");
-    let _: () = redis::cmd("DEL")
-        .arg(&owed)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    unspoil(&owed).await;
     // Nothing lost: what the read took is pending under the consumer.
     assert!(pending_ids(&broker, &s).await.contains(&e2));
 }

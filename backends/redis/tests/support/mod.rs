@@ -45,6 +45,12 @@ pub async fn raw(db: u32) -> redis::aio::MultiplexedConnection {
         })
 }
 
+/// Sends `command` on a plain connection to database 0 ([`raw`]), as
+/// another client would; its reply.
+pub async fn raw_command<T: redis::FromRedisValue>(command: &redis::Cmd) -> T {
+    command.query_async(&mut raw(0).await).await.unwrap()
+}
+
 /// `XRANGE key from to` on database 0, as another client reads it.
 pub async fn xrange(key: &str, from: &str, to: &str) -> redis::Value {
     let mut cli = raw(0).await;
