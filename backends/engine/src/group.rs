@@ -260,15 +260,21 @@ impl Group {
             self.unindex(id, &old);
         }
         match p.claim {
-            Claim::Held { .. } => match self.held_by_time.back() {
-                Some(&(last, _)) if last > p.since_ms => {
-                    // Reads stop at the first record not yet idle: one out
-                    // of order would hide idle entries behind it.
-                    let at = self.held_by_time.partition_point(|&(t, _)| t <= p.since_ms);
-                    self.held_by_time.insert(at, (p.since_ms, id));
+            // Kept in (time, id) order, the order a rebuild sorts them in
+            // (`reindex_held`): reads stop at the first record not yet
+            // idle, so one out of time order would hide idle entries
+            // behind it, and entries of one millisecond must be claimed in
+            // the same order before and after a reopen.
+            Claim::Held { .. } => {
+                let record = (p.since_ms, id);
+                match self.held_by_time.back() {
+                    Some(&last) if last > record => {
+                        let at = self.held_by_time.partition_point(|&r| r <= record);
+                        self.held_by_time.insert(at, record);
+                    }
+                    _ => self.held_by_time.push_back(record),
                 }
-                _ => self.held_by_time.push_back((p.since_ms, id)),
-            },
+            }
             Claim::Owed { due_ms } => {
                 self.owed_by_time.insert((due_ms, id));
             }

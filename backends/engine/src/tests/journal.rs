@@ -241,6 +241,34 @@ fn replaying_the_recorded_changes_rebuilds_the_same_state() {
     }
 }
 
+/// Two entries handed out in one millisecond, the newer id first (it fell
+/// due first): a claiming read of one, once both are idle, takes the one
+/// handed out first by (time, id) order, before and after a rebuild.
+#[test]
+fn a_rebuild_breaks_ties_between_equally_idle_entries_as_the_live_engine() {
+    let (mut e, all) = setup_recorded(2);
+    let (a, b) = (all[0], all[1]);
+    read(&mut e, new_req("w1", 2), T0);
+    e.retry_after(S, G, &[a], 20, T0).unwrap();
+    e.retry_after(S, G, &[b], 10, T0).unwrap();
+    assert_eq!(
+        ids(&read(&mut e, claiming_req("w2", 1_000, 10), T0 + 30)),
+        [b, a]
+    );
+    let log = e.take_changes();
+    let mut from_journal = rebuild(log.clone());
+    let entries = log
+        .into_iter()
+        .filter(|c| matches!(c, Change::Appended { .. }));
+    let mut from_snapshot = rebuild(entries.chain(e.snapshot()));
+    let now = T0 + 1_030;
+    let claimed: Vec<Vec<EntryId>> = [&mut e, &mut from_journal, &mut from_snapshot]
+        .into_iter()
+        .map(|engine| ids(&read(engine, reclaim_req("w3", 1_000, 1), now)))
+        .collect();
+    assert_eq!(claimed, [[a], [a], [a]]);
+}
+
 #[test]
 fn missing_entries_are_reported_and_dropped() {
     let mut e = Engine::new();
