@@ -169,10 +169,12 @@ impl Signals {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         poison.insert(id, now);
         if poison.len() > POISON_KEPT {
-            let mut times: Vec<u64> = poison.values().copied().collect();
-            let half = times.len() / 2;
-            let (_, &mut cutoff, _) = times.select_nth_unstable(half);
-            poison.retain(|_, last| *last >= cutoff);
+            // The newer half by delivery time, ties (a paused clock, a
+            // coarse one) cut by id: a cut by time alone keeps every tie.
+            let mut records: Vec<(u64, EntryId)> = poison.iter().map(|(id, t)| (*t, *id)).collect();
+            let older = records.len() - POISON_KEPT / 2;
+            records.select_nth_unstable(older);
+            *poison = records[older..].iter().map(|&(t, id)| (id, t)).collect();
         }
         self.poison_len.store(poison.len(), Ordering::Relaxed);
     }
@@ -277,6 +279,22 @@ mod memory_bounds {
         }
         // Long past the poison window (5 minutes by default).
         tokio::time::advance(Duration::from_secs(3_600)).await;
+        let kept = signals
+            .poison
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
+        assert!(kept <= 10_000, "poison records kept: {kept}");
+    }
+
+    /// The same on a clock that does not move (a paused test clock, a
+    /// coarse one): every record has the same time.
+    #[tokio::test(start_paused = true)]
+    async fn poison_records_are_forgotten_when_their_times_tie() {
+        let signals = Signals::new();
+        for i in 0..30_000u64 {
+            signals.poison_seen(EntryId::new(1_000 + i, 0));
+        }
         let kept = signals
             .poison
             .lock()
