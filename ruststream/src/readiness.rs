@@ -171,10 +171,16 @@ impl Signals {
         if poison.len() > POISON_KEPT {
             // The newer half by delivery time, ties (a paused clock, a
             // coarse one) cut by id: a cut by time alone keeps every tie.
-            let mut records: Vec<(u64, EntryId)> = poison.iter().map(|(id, t)| (*t, *id)).collect();
-            let older = records.len() - POISON_KEPT / 2;
+            // The entry just seen stays whatever its id: it loops now.
+            let mut records: Vec<(u64, EntryId)> = poison
+                .iter()
+                .filter(|&(kept, _)| *kept != id)
+                .map(|(id, t)| (*t, *id))
+                .collect();
+            let older = records.len().saturating_sub(POISON_KEPT / 2);
             records.select_nth_unstable(older);
             *poison = records[older..].iter().map(|&(t, id)| (id, t)).collect();
+            poison.insert(id, now);
         }
         self.poison_len.store(poison.len(), Ordering::Relaxed);
     }
@@ -301,5 +307,27 @@ mod memory_bounds {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len();
         assert!(kept <= 10_000, "poison records kept: {kept}");
+    }
+
+    /// The entry just delivered past the bound is kept by the cut, though
+    /// its id is older than all the others and their times tie: it is the
+    /// one looping now.
+    #[tokio::test(start_paused = true)]
+    async fn the_cut_keeps_the_entry_just_seen() {
+        let signals = Signals::new();
+        for i in 0..10_000u64 {
+            signals.poison_seen(EntryId::new(1_000 + i, 0));
+        }
+        let looping = EntryId::new(5, 0);
+        signals.poison_seen(looping);
+        let poison = signals
+            .poison
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        assert!(
+            poison.contains_key(&looping),
+            "kept {} records",
+            poison.len()
+        );
     }
 }
