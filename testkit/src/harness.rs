@@ -1,8 +1,11 @@
 //! Running a whole app in process, on tokio's paused clock.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 use std::time::Duration;
 
 use ruststream::{
@@ -150,10 +153,9 @@ impl TestApp {
     /// Starts `app` with its brokers replaced by a fresh memory broker, and
     /// lets it settle. Must run on a current-thread tokio runtime, best
     /// started paused (`#[tokio::test(start_paused = true)]`). The clock is
-    /// paused here if it is not already, but a clock paused while it runs
-    /// is off the timers' millisecond grid: a chain of timers (a retry
-    /// after a retry) then runs up to a millisecond late per step, and one
-    /// [`TestApp::advance`] over the whole chain stops short of its end.
+    /// paused here if it is not already, and moved (by less than a
+    /// millisecond) onto the timers' millisecond grid, so that timers fire
+    /// on time as on a runtime started paused.
     pub async fn start(app: impl App) -> Result<TestApp, StartError> {
         TestApp::start_on(app, MemoryBroker::new()).await
     }
@@ -164,7 +166,7 @@ impl TestApp {
     /// the broker held may still run (move the clock with
     /// [`TestApp::advance`]).
     pub async fn start_on(app: impl App, broker: MemoryBroker) -> Result<TestApp, StartError> {
-        pause_clock();
+        pause_clock().await;
         let recorder = Arc::new(Recorder::default());
         let shared: Arc<dyn Broker> = Arc::new(broker.clone());
         let running = app
@@ -424,16 +426,51 @@ impl TestApp {
     }
 }
 
-/// Pauses tokio's clock if it is not paused yet.
 /// `d` in whole milliseconds, saturating.
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn pause_clock() {
+/// Pauses tokio's clock if it is not paused yet, then moves it onto the
+/// time driver's millisecond grid (see [`align_to_the_grid`]).
+async fn pause_clock() {
     let before = tokio::time::Instant::now();
     std::thread::sleep(Duration::from_millis(1));
     if tokio::time::Instant::now() != before {
         tokio::time::pause();
+        align_to_the_grid().await;
     }
+}
+
+/// Moves a paused clock forward, by less than a millisecond, to the next
+/// instant on the time driver's grid. The driver counts whole milliseconds
+/// since it started, and a paused clock that runs ahead to a timer moves by
+/// whole milliseconds from where it stands: paused between two of them, it
+/// would reach every timer one millisecond late, and a chain of timers (a
+/// retry after a retry) would slip a millisecond a step.
+///
+/// The driver fires a timer once the clock's whole milliseconds reach the
+/// timer's (its deadline rounded up), so a timer due just after the pause
+/// fires exactly at the next grid instant: found in steps of a
+/// microsecond, then, past the one after it, of a nanosecond.
+async fn align_to_the_grid() {
+    /// Moves the clock in `step`s until `timer` has fired.
+    async fn step_until_fired(timer: Pin<&mut tokio::time::Sleep>, step: Duration) {
+        let mut timer = timer;
+        while !std::future::poll_fn(|cx| Poll::Ready(timer.as_mut().poll(cx).is_ready())).await {
+            tokio::time::advance(step).await;
+        }
+    }
+    let (micro, nano) = (Duration::from_micros(1), Duration::from_nanos(1));
+    let paused = tokio::time::Instant::now();
+    let next = std::pin::pin!(tokio::time::sleep_until(paused + nano));
+    step_until_fired(next, micro).await;
+    // The grid instant just reached lies within the last microsecond
+    // stepped; the one after it, a millisecond later, is then reached
+    // exactly in steps of a nanosecond from just before it.
+    let stepped = tokio::time::Instant::now() - paused;
+    let before_next = paused + stepped - micro + Duration::from_millis(1);
+    tokio::time::advance(before_next - tokio::time::Instant::now()).await;
+    let after = std::pin::pin!(tokio::time::sleep_until(before_next + nano));
+    step_until_fired(after, nano).await;
 }

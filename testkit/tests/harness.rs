@@ -129,3 +129,40 @@ async fn advance_steps_through_a_sleeping_handler() {
     assert!(tb.pending("slow-steps", "g").await.is_empty());
     tb.shutdown().await;
 }
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
+#[outgoing(name = "chain")]
+struct Step {
+    n: u64,
+}
+
+/// Retried three times, 10 s apart.
+#[subscriber(RedisStream::new("chain").group("g"))]
+async fn retried_thrice(_step: &Step, ctx: &mut Context<'_>) -> HandlerOutcome {
+    if ctx.delivery_count() < 3 {
+        HandlerOutcome::retry_after(Duration::from_secs(10))
+    } else {
+        HandlerOutcome::ack()
+    }
+}
+
+/// A runtime not started paused: `TestApp` pauses the clock between two of
+/// the time driver's milliseconds, and must move it onto their grid, or
+/// every timer fires a millisecond late and one `advance` over a chain of
+/// them stops short of its end.
+#[tokio::test]
+async fn a_chain_of_timers_keeps_time_on_a_clock_the_testkit_paused() {
+    let app = RustStream::new(AppInfo::new("chain", "0")).with_broker(MemoryBroker::new(), |b| {
+        b.include(retried_thrice);
+    });
+    let tb = TestApp::start(app).await.unwrap();
+    tb.publish(&Step { n: 1 }).await.unwrap();
+    tb.run_until_quiet().await;
+    tb.advance(Duration::from_secs(30)).await;
+    let counts: Vec<u32> = tb
+        .received("retried_thrice")
+        .iter()
+        .map(|r| r.delivery_count)
+        .collect();
+    assert_eq!(counts, [0, 1, 2, 3]);
+}
