@@ -268,6 +268,21 @@ impl Signals {
 mod memory_bounds {
     use super::*;
 
+    /// The poison map, whatever a panicking holder left it as.
+    fn poison(signals: &Signals) -> std::sync::MutexGuard<'_, HashMap<EntryId, u64>> {
+        signals
+            .poison
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `n` entries delivered past the poison bound, at the same time.
+    fn seen_many(signals: &Signals, n: u64) {
+        for i in 0..n {
+            signals.poison_seen(EntryId::new(1_000 + i, 0));
+        }
+    }
+
     /// Entries delivered past the poison bound here, then settled by
     /// another instance (a delayed retry taken by another consumer, a
     /// claiming retry left in place and claimed elsewhere, a dead letter
@@ -285,11 +300,7 @@ mod memory_bounds {
         }
         // Long past the poison window (5 minutes by default).
         tokio::time::advance(Duration::from_secs(3_600)).await;
-        let kept = signals
-            .poison
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len();
+        let kept = poison(&signals).len();
         assert!(kept <= 10_000, "poison records kept: {kept}");
     }
 
@@ -298,14 +309,8 @@ mod memory_bounds {
     #[tokio::test(start_paused = true)]
     async fn poison_records_are_forgotten_when_their_times_tie() {
         let signals = Signals::new();
-        for i in 0..30_000u64 {
-            signals.poison_seen(EntryId::new(1_000 + i, 0));
-        }
-        let kept = signals
-            .poison
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len();
+        seen_many(&signals, 30_000);
+        let kept = poison(&signals).len();
         assert!(kept <= 10_000, "poison records kept: {kept}");
     }
 
@@ -315,15 +320,10 @@ mod memory_bounds {
     #[tokio::test(start_paused = true)]
     async fn the_cut_keeps_the_entry_just_seen() {
         let signals = Signals::new();
-        for i in 0..10_000u64 {
-            signals.poison_seen(EntryId::new(1_000 + i, 0));
-        }
+        seen_many(&signals, 10_000);
         let looping = EntryId::new(5, 0);
         signals.poison_seen(looping);
-        let poison = signals
-            .poison
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let poison = poison(&signals);
         assert!(
             poison.contains_key(&looping),
             "kept {} records",
