@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use ruststream::EntryId;
+use ruststream::{BrokerError, EntryId, NameKind, check_name};
 
 use crate::output::Format;
 
@@ -91,8 +91,10 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct Describe {
     /// The stream.
+    #[arg(value_parser = parse_stream)]
     pub stream: String,
     /// A group of the stream.
+    #[arg(value_parser = parse_group)]
     pub group: Option<String>,
     /// Flag consumers idle longer than this while they hold entries.
     #[arg(long, value_name = "D", default_value = "5m", value_parser = parse_duration)]
@@ -103,11 +105,13 @@ pub struct Describe {
 #[derive(Debug, Args)]
 pub struct Pending {
     /// The stream.
+    #[arg(value_parser = parse_stream)]
     pub stream: String,
     /// The group.
+    #[arg(value_parser = parse_group)]
     pub group: String,
     /// Only this consumer's entries.
-    #[arg(long, value_name = "C")]
+    #[arg(long, value_name = "C", value_parser = parse_consumer)]
     pub consumer: Option<String>,
     /// Only entries idle at least this long (30s, 5m, 1h, 250ms).
     #[arg(long, value_name = "D", value_parser = parse_duration)]
@@ -143,10 +147,10 @@ pub enum DeadLettersAction {
 #[derive(Debug, Args)]
 pub struct DeadLettersList {
     /// The stream.
-    #[arg(required = true)]
+    #[arg(required = true, value_parser = parse_stream)]
     pub stream: Option<String>,
     /// The group.
-    #[arg(required = true)]
+    #[arg(required = true, value_parser = parse_group)]
     pub group: Option<String>,
     /// At most this many dead letters.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = parse_limit)]
@@ -157,8 +161,10 @@ pub struct DeadLettersList {
 #[derive(Debug, Args)]
 pub struct DeadLetterShow {
     /// The stream.
+    #[arg(value_parser = parse_stream)]
     pub stream: String,
     /// The group.
+    #[arg(value_parser = parse_group)]
     pub group: String,
     /// The dead letter's id (as `dead-letters` lists it).
     #[arg(value_parser = parse_id)]
@@ -172,8 +178,10 @@ pub struct DeadLetterShow {
 ))]
 pub struct Selection {
     /// The stream.
+    #[arg(value_parser = parse_stream)]
     pub stream: String,
     /// The group.
+    #[arg(value_parser = parse_group)]
     pub group: String,
     /// The dead letters, by id.
     #[arg(value_name = "ID", value_parser = parse_id)]
@@ -197,6 +205,7 @@ pub struct Selection {
 #[derive(Debug, Args)]
 pub struct Publish {
     /// The stream.
+    #[arg(value_parser = parse_stream)]
     pub stream: String,
     /// The payload, as text.
     #[arg(required_unless_present = "file", conflicts_with = "file")]
@@ -218,6 +227,7 @@ pub struct Publish {
 #[derive(Debug, Args)]
 pub struct Tail {
     /// The stream.
+    #[arg(value_parser = parse_stream)]
     pub stream: String,
     /// Start at this id (inclusive; `0` for the beginning). Default: only
     /// entries appended from now on.
@@ -254,8 +264,10 @@ pub enum ConsumersAction {
 #[derive(Debug, Args)]
 pub struct Prune {
     /// The stream.
+    #[arg(value_parser = parse_stream)]
     pub stream: String,
     /// The group.
+    #[arg(value_parser = parse_group)]
     pub group: String,
     /// Only consumers idle at least this long (30s, 5m, 1h).
     #[arg(long, value_name = "D", value_parser = parse_duration)]
@@ -274,6 +286,31 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// An entry id, `ms-seq` (or `ms`).
 pub fn parse_id(text: &str) -> Result<EntryId, String> {
     text.parse::<EntryId>().map_err(|e| e.to_string())
+}
+
+/// A stream name that meets every broker's rules (`docs/semantics.md`,
+/// "Where the rules leave a choice"): the same usage error on every
+/// target, before anything is asked of it.
+pub fn parse_stream(text: &str) -> Result<String, String> {
+    parse_name(NameKind::Stream, text)
+}
+
+/// A group name, as [`parse_stream`].
+pub fn parse_group(text: &str) -> Result<String, String> {
+    parse_name(NameKind::Group, text)
+}
+
+/// A consumer name, as [`parse_stream`].
+pub fn parse_consumer(text: &str) -> Result<String, String> {
+    parse_name(NameKind::Consumer, text)
+}
+
+fn parse_name(kind: NameKind, text: &str) -> Result<String, String> {
+    match check_name(kind, text) {
+        Ok(()) => Ok(text.to_owned()),
+        Err(BrokerError::InvalidArgument(rule)) => Err(rule),
+        Err(other) => Err(other.to_string()),
+    }
 }
 
 /// A count of at least 1.

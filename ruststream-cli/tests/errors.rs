@@ -144,3 +144,40 @@ async fn the_target_can_come_from_the_environment() {
     .await
     .fails(1, &["127.0.0.1:1"]);
 }
+
+/// A name no broker accepts is the same usage error on every target,
+/// before the target is asked anything (a file log, Redis and an admin
+/// endpoint used to answer "not found" or a broker error, by target).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_are_usage_errors_on_every_target() {
+    let dir = TempDir::new("names");
+    log_with_one_entry(&dir, "s", "x").await;
+    let targets = [
+        vec!["--dir".to_owned(), dir.arg()],
+        vec!["--redis".to_owned(), "redis://127.0.0.1:1".to_owned()],
+        vec!["--admin".to_owned(), "http://127.0.0.1:1".to_owned()],
+    ];
+    for target in &targets {
+        let with = |rest: &[&str]| -> Vec<String> {
+            let mut args = target.clone();
+            args.extend(rest.iter().map(|s| (*s).to_owned()));
+            args
+        };
+        let run = |args: Vec<String>| async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            cli(&args).await
+        };
+        run(with(&["describe", ""]))
+            .await
+            .fails(2, &["stream name is empty"]);
+        run(with(&["pending", "s", "a}b"]))
+            .await
+            .fails(2, &["group name \"a}b\""]);
+        run(with(&["pending", "s", "g", "--consumer", ""]))
+            .await
+            .fails(2, &["consumer name is empty"]);
+        run(with(&["redrive", "x\u{1}", "g", "--all", "--yes"]))
+            .await
+            .fails(2, &["stream name", "control character"]);
+    }
+}
