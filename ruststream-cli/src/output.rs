@@ -172,6 +172,23 @@ pub fn escaped(text: &str) -> String {
     escaped.replace("\\\"", "\"").replace("\\'", "'")
 }
 
+/// A header name or value as one token of `tail`'s `[name=value ...]`:
+/// as [`escaped`], but in double quotes (with `"` and `\` escaped) when it
+/// is empty or holds a space, `=`, `[`, `]`, `"` or `\`, so that the list
+/// reads back one way.
+pub fn header_token(text: &str) -> String {
+    let plain = !text.is_empty()
+        && !text
+            .chars()
+            .any(|c| matches!(c, ' ' | '=' | '[' | ']' | '"' | '\\'));
+    if plain {
+        escaped(text)
+    } else {
+        let inner: String = text.chars().flat_map(char::escape_debug).collect();
+        format!("\"{}\"", inner.replace("\\'", "'"))
+    }
+}
+
 /// The first `max` characters of `text` on one line ([`escaped`]), `…`
 /// when cut.
 pub fn cut(text: &str, max: usize) -> String {
@@ -211,6 +228,19 @@ pub fn whole(payload: &Payload) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each header reads back one way from `[name=value ...]`.
+    #[test]
+    fn header_tokens_quote_what_would_be_ambiguous() {
+        assert_eq!(header_token("acct-1"), "acct-1");
+        assert_eq!(header_token("a\nb"), "a\\nb");
+        assert_eq!(header_token("a b"), "\"a b\"");
+        assert_eq!(header_token("k=v"), "\"k=v\"");
+        assert_eq!(header_token("x]"), "\"x]\"");
+        assert_eq!(header_token(""), "\"\"");
+        assert_eq!(header_token("say \"hi\""), "\"say \\\"hi\\\"\"");
+        assert_eq!(header_token("c:\\tmp"), "\"c:\\\\tmp\"");
+    }
 
     #[test]
     fn ages_are_short() {

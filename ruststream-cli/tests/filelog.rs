@@ -367,14 +367,33 @@ async fn changes_on_a_file_log_nobody_holds() {
         ),
         (Some("one"), Some("two"))
     );
-    let table = stdout_of(
-        &["--dir", d],
-        &["tail", "news", "--from", &first, "--count", "1"],
-    )
-    .await;
+    let table = tail_table(d, "news", &first, 1).await;
     assert_eq!(
         table,
         format!("{first}  [a=b ruststream-partition-key=acct-1]  hello\n")
+    );
+
+    // Header values holding a space, `=` or `]` are quoted in the table.
+    let json = json_in(&["--dir", d], "publish notes x -H note=a_b -H k=x]").await;
+    let id = json["ids"][0].as_str().unwrap().to_owned();
+    let b = stdout_of(
+        &["--dir", d],
+        &[
+            "publish",
+            "notes",
+            "y",
+            "-H",
+            "note=two words",
+            "-H",
+            "eq=a=b",
+        ],
+    )
+    .await;
+    let second = b.trim().to_owned();
+    let table = tail_table(d, "notes", &id, 2).await;
+    assert_eq!(
+        table,
+        format!("{id}  [k=\"x]\" note=a_b]  x\n{second}  [eq=\"a=b\" note=\"two words\"]  y\n")
     );
 }
 
@@ -430,7 +449,8 @@ async fn headers_with_line_breaks_print_on_one_line() {
     b.sync().await.unwrap();
     let d = dir.arg();
     let d = d.as_str();
-    let escaped = "no\\nte=first\\n1796172361835-0  forged";
+    // The value holds spaces, so it is quoted (`tail`'s header list).
+    let escaped = "no\\nte=\"first\\n1796172361835-0  forged\"";
 
     let table = stdout_of(
         &["--dir", d],
@@ -456,6 +476,16 @@ async fn headers_with_line_breaks_print_on_one_line() {
     assert!(shown.contains("bad\\nforged"), "{shown}");
     assert!(!shown.lines().any(|line| line == "forged"), "{shown}");
     drop(b);
+}
+
+/// `tail STREAM --from ID --count N` on the log at `dir`, as a table.
+async fn tail_table(dir: &str, stream: &str, from: &str, count: usize) -> String {
+    let count = count.to_string();
+    stdout_of(
+        &["--dir", dir],
+        &["tail", stream, "--from", from, "--count", &count],
+    )
+    .await
 }
 
 /// Every file under `dir` but the `LOCK` file (which opening takes): its

@@ -8,7 +8,7 @@ use ruststream::EntryId;
 use crate::cli::Tail;
 use crate::error::{CliError, CliResult};
 use crate::model::EntryRow;
-use crate::output::{self, Format, escaped, preview};
+use crate::output::{self, Format, header_token, preview};
 use crate::target::{Access, Conn, Page, Target};
 
 /// Entries asked for per look.
@@ -83,7 +83,7 @@ fn print(format: Format, entry: &EntryRow) -> CliResult<()> {
                 let headers: Vec<String> = entry
                     .headers
                     .iter()
-                    .map(|(k, v)| format!("{}={}", escaped(k), escaped(v)))
+                    .map(|(k, v)| format!("{}={}", header_token(k), header_token(v)))
                     .collect();
                 line.push_str(&format!("  [{}]", headers.join(" ")));
             }
