@@ -2,6 +2,7 @@
 //! (what `#[subscriber]` on a free function cannot hold).
 
 use std::future::Future;
+use std::panic::Location;
 
 use ruststream::{Context, Settle, Subscriber, SubscriberInfo, Subscription};
 
@@ -12,7 +13,8 @@ pub trait Handle: Send + Sync + 'static {
 }
 
 /// A subscriber written by hand: its name, its subscription, and the
-/// handler (with its state) that handles each delivery.
+/// handler (with its state) that handles each delivery. Made with
+/// [`HandWritten::new`], which notes where, for start-up errors.
 pub struct HandWritten<H> {
     /// The subscriber's name (in logs and metrics).
     pub name: &'static str,
@@ -20,6 +22,23 @@ pub struct HandWritten<H> {
     pub subscription: Subscription,
     /// What it does with each delivery.
     pub handler: H,
+    /// Where it was made: the file and line start-up errors name.
+    made_at: &'static Location<'static>,
+}
+
+impl<H: Handle> HandWritten<H> {
+    /// A subscriber named `name` reading as `subscription`, handled by
+    /// `handler`. An error starting it names the file and line of this
+    /// call, as `#[subscriber]` names its function's.
+    #[track_caller]
+    pub fn new(name: &'static str, subscription: Subscription, handler: H) -> Self {
+        HandWritten {
+            name,
+            subscription,
+            handler,
+            made_at: Location::caller(),
+        }
+    }
 }
 
 impl<H: Handle> Subscriber for HandWritten<H> {
@@ -27,8 +46,8 @@ impl<H: Handle> Subscriber for HandWritten<H> {
         SubscriberInfo {
             name: self.name,
             module: module_path!(),
-            file: file!(),
-            line: line!(),
+            file: self.made_at.file(),
+            line: self.made_at.line(),
         }
     }
 

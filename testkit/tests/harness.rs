@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ruststream::prelude::*;
 use ruststream::{Broker, Message, Settlement};
-use ruststream_testkit::TestApp;
+use ruststream_testkit::{HandWritten, Handle, TestApp};
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
 #[outgoing(name = "echo")]
@@ -165,4 +165,34 @@ async fn a_chain_of_timers_keeps_time_on_a_clock_the_testkit_paused() {
         .map(|r| r.delivery_count)
         .collect();
     assert_eq!(counts, [0, 1, 2, 3]);
+}
+
+/// A hand-written handler that acks.
+struct Acks;
+
+impl Handle for Acks {
+    async fn start(&self, _ctx: &mut Context<'_>) -> ruststream::Settle {
+        ruststream::Settle::Outcome(HandlerOutcome::Ack)
+    }
+}
+
+/// A hand-written subscriber that cannot start (a batch of none) is named
+/// in the error with the file and line that made it, as a `#[subscriber]`
+/// function is, not the testkit's own file.
+#[tokio::test(start_paused = true)]
+async fn a_hand_written_subscriber_that_cannot_start_names_where_it_was_made() {
+    let (sub, line) = (
+        HandWritten::new(
+            "batch_of_none",
+            ruststream::Subscription::new(RedisStream::new("hand").group("g"))
+                .batch(ruststream::Batch::new(0, Duration::from_millis(1))),
+            Acks,
+        ),
+        line!() - 6,
+    );
+    let app = RustStream::new(AppInfo::new("hand", "0")).with_broker(MemoryBroker::new(), |b| {
+        b.include(sub);
+    });
+    let error = TestApp::start(app).await.unwrap_err().to_string();
+    assert!(error.contains(&format!("{}:{line}", file!())), "{error}");
 }

@@ -41,19 +41,19 @@ fn subscriber(
     } else {
         |_| Duration::from_secs(5)
     };
-    HandWritten {
-        name: who,
-        subscription: Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
+    HandWritten::new(
+        who,
+        Subscription::new(Stream::claiming(s, MIN_IDLE).group("g"))
             .workers(2)
             .prefetch(2),
-        handler: Recorder {
+        Recorder {
             who,
             t0,
             takes,
             outcome: retry_x_once,
             record: record.clone(),
         },
-    }
+    )
 }
 
 /// After 100 ms, A's acks (through `faults`) are refused for 2 s; a and x

@@ -280,15 +280,17 @@ const GROUPS: [&str; 3] = [PLAIN, LOSSY, CLAIM];
 /// broker has no claiming reads (Redis before 8.4), with `new` plus
 /// `reclaim`.
 fn handlers(stream: &str, claiming: bool, chaos: &Arc<Chaos>) -> Vec<HandWritten<Handler>> {
-    let handler = |name, group, stream: Stream, workers, prefetch| HandWritten {
-        name,
-        subscription: Subscription::new(stream)
-            .workers(workers)
-            .prefetch(prefetch),
-        handler: Handler {
-            group,
-            chaos: Arc::clone(chaos),
-        },
+    let handler = |name, group, stream: Stream, workers, prefetch| {
+        HandWritten::new(
+            name,
+            Subscription::new(stream)
+                .workers(workers)
+                .prefetch(prefetch),
+            Handler {
+                group,
+                chaos: Arc::clone(chaos),
+            },
+        )
     };
     let mut all = vec![
         handler(

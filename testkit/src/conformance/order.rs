@@ -114,12 +114,14 @@ pub async fn by_key_order_survives_retries(t: Target) {
     let subscribers: Vec<HandWritten<Ordered>> = groups
         .iter()
         .zip(&logs)
-        .map(|((group, stream), log)| HandWritten {
-            name: group,
-            subscription: Subscription::new(stream.clone()).workers(WORKERS).by_key(),
-            handler: Ordered {
-                log: Arc::clone(log),
-            },
+        .map(|((group, stream), log)| {
+            HandWritten::new(
+                group,
+                Subscription::new(stream.clone()).workers(WORKERS).by_key(),
+                Ordered {
+                    log: Arc::clone(log),
+                },
+            )
         })
         .collect();
     let app = RustStream::new(AppInfo::new("order", "0"))

@@ -85,11 +85,7 @@ impl Recorder {
     /// on `subscription`, is this recorder.
     pub async fn start_on(self, broker: Arc<dyn Broker>, subscription: Subscription) -> Running {
         let who = self.who;
-        let sub = HandWritten {
-            name: "recorder",
-            subscription,
-            handler: self,
-        };
+        let sub = HandWritten::new("recorder", subscription, self);
         start_one(who, broker, sub).await
     }
 }
