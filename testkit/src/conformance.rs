@@ -196,6 +196,7 @@ macro_rules! __conformance_rules {
             a_redriven_retry_copy_gets_its_attempts_back,
             redrive_does_not_move_the_cursor,
             discard_drops_a_dead_letter,
+            an_entry_has_one_dead_letter_at_most,
             dead_letters_and_pending_entries_survive_trimming,
             a_retry_copy_survives_trimming_until_read,
             lag_and_pending_counts_are_right_after_each_step,
@@ -1322,6 +1323,38 @@ pub async fn discard_drops_a_dead_letter(t: Target) {
     assert_eq!(t.broker.discard(&s, G, &got).await.unwrap(), 0);
     assert!(t.dead_list(&s).await.is_empty());
     assert_eq!(t.broker.redrive(&s, G, &got).await.unwrap(), 0);
+    let info = t.broker.group_info(&s, G).await.unwrap();
+    assert_eq!((info.pending, info.dead_letters), (0, 0));
+}
+
+/// An entry has one dead letter at most. After the cursor moves back,
+/// Redis hands out a dead-lettered entry again (`docs/semantics.md`, "Where
+/// the rules leave a choice"); dead-lettered once more, its newer dead
+/// letter replaces the older, so one redrive makes it owed once and
+/// leaves nothing listed. (The local brokers pass over a dead-lettered
+/// entry on the replay: the second dead letter changes nothing there.)
+pub async fn an_entry_has_one_dead_letter_at_most(t: Target) {
+    let s = t.new_group("dead-once").await;
+    t.publish_all(&s, &["x"]).await;
+    let x = ids(&t.read_new(&s, "c1", 10).await);
+    t.broker.dead_letter(&s, G, &x, "bad").await.unwrap();
+    t.broker
+        .set_group_position(&s, G, StreamStart::Beginning)
+        .await
+        .unwrap();
+    let replayed = ids(&t.read_new(&s, "c1", 10).await);
+    t.broker
+        .dead_letter(&s, G, &replayed, "bad again")
+        .await
+        .unwrap();
+    let dead = t.dead_list(&s).await;
+    let info = t.broker.group_info(&s, G).await.unwrap();
+    assert_eq!((dead.len(), info.dead_letters), (1, 1), "{dead:?}");
+    let all: Vec<EntryId> = dead.iter().map(DeadLetter::id).collect();
+    assert_eq!(t.broker.redrive(&s, G, &all).await.unwrap(), 1);
+    assert_eq!(texts(&t.read_new(&s, "c1", 10).await), ["x"]);
+    t.broker.ack(&s, G, &x).await.unwrap();
+    assert!(t.dead_list(&s).await.is_empty());
     let info = t.broker.group_info(&s, G).await.unwrap();
     assert_eq!((info.pending, info.dead_letters), (0, 0));
 }

@@ -169,6 +169,19 @@ local function member_id(member)
   return unpad(string.sub(member, 1, 41))
 end
 
+-- Indexes `dead_id` as the dead letter of `id`. An entry has one dead
+-- letter at most: one it has already (dead-lettered again after its
+-- group's cursor moved back over it) is replaced, its dead-letter stream
+-- entry deleted. Cannot fail once the keys' types are checked.
+local function index_dead(dead_key, index_key, id, dead_id)
+  local old = dead_member(index_key, id)
+  if old then
+    redis.call('ZREM', index_key, old)
+    redis.call('XDEL', dead_key, member_dead_id(old))
+  end
+  redis.call('ZADD', index_key, 0, index_member(id, dead_id))
+end
+
 -- Records a dead letter whose fields fit a script (`fits`), returning nil
 -- or the error the server gave.
 local function bury(dead_key, index_key, id, fields)
@@ -176,7 +189,7 @@ local function bury(dead_key, index_key, id, fields)
   if type(dead_id) == 'table' then
     return dead_id.err or 'XADD failed'
   end
-  redis.call('ZADD', index_key, 0, index_member(id, dead_id))
+  index_dead(dead_key, index_key, id, dead_id)
   return nil
 end
 

@@ -31,7 +31,7 @@ end
 
 local n, used = write_plans(plans, function(plan)
   local dead_id = plan.appended or redis.call('XADD', DEAD, '*', unpack(plan.fields))
-  redis.call('ZADD', DIX, 0, index_member(plan.id, dead_id))
+  index_dead(DEAD, DIX, plan.id, dead_id)
   release(S, G, DUE, OWED, plan.id, plan.held)
 end)
 drop_unused(DEAD, pre_all, used)
