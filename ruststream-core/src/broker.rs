@@ -285,7 +285,10 @@ pub trait Broker: Send + Sync + 'static {
     ) -> BrokerFuture<'a, bool>;
 
     /// Moves an existing group's cursor to `start`. Pending entries and dead
-    /// letters are untouched.
+    /// letters are untouched. A forward move passes over the entries behind
+    /// the new cursor but not the group's retry copies among them: each is
+    /// made owed, with the count it carries (`docs/semantics.md`, "Where
+    /// the rules leave a choice").
     fn set_group_position<'a>(
         &'a self,
         stream: &'a str,

@@ -169,6 +169,7 @@ macro_rules! __conformance_rules {
             a_group_can_start_after_an_id,
             creating_an_existing_group_keeps_its_cursor,
             start_at_moves_an_existing_cursor,
+            a_forward_cursor_move_keeps_a_retry_still_to_run,
             two_consumers_in_one_group_get_disjoint_sets,
             independent_groups_each_get_everything,
             an_offset_in_flight_is_not_handed_out_again,
@@ -559,6 +560,31 @@ pub async fn start_at_moves_an_existing_cursor(t: Target) {
         .unwrap();
     t.publish_all(&s, &["e"]).await;
     assert_eq!(texts(&t.read_new(&s, "c1", 10).await), ["e"]);
+}
+
+/// Moving a cursor forward passes over the entries behind it, but not a
+/// retry still to run: the group's retry copy not read yet (`retry()` on a
+/// `new` subscription) is its only record, so it becomes owed, with the
+/// count it carries, and the next read hands it out (an instance started
+/// with `start_at(New)` while another consumes loses no retry).
+pub async fn a_forward_cursor_move_keeps_a_retry_still_to_run(t: Target) {
+    let s = t.new_group("forward-retry").await;
+    t.publish_all(&s, &["x"]).await;
+    let x = ids(&t.read_new(&s, "c1", 10).await);
+    assert_eq!(t.broker.retry(&s, G, &x, Retry::Copy).await.unwrap(), 1);
+    t.publish_all(&s, &["backlog"]).await;
+    t.broker
+        .set_group_position(&s, G, StreamStart::New)
+        .await
+        .unwrap();
+    let next = t.read_new(&s, "c1", 10).await;
+    assert_eq!(texts(&next), ["x"], "the retry of x is still to run");
+    assert_eq!(counts(&next), [1], "with the count its copy carried");
+    t.broker.ack(&s, G, &ids(&next)).await.unwrap();
+    let info = t.broker.group_info(&s, G).await.unwrap();
+    assert_eq!((info.pending, info.lag, info.dead_letters), (0, 0, 0));
+    t.publish_all(&s, &["later"]).await;
+    assert_eq!(texts(&t.read_new(&s, "c1", 10).await), ["later"]);
 }
 
 // ---- rule 2: distribution -----------------------------------------------------

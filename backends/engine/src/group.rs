@@ -2,6 +2,7 @@
 //! time) and consumers; creating groups and moving their cursors.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ops::Bound;
 
 use ruststream_core::{BrokerResult, EntryId, StreamStart};
 
@@ -353,17 +354,44 @@ impl Engine {
     /// Moves an existing group's cursor; pending entries and dead letters
     /// stay as they are. Moving it back re-delivers settled (acked or
     /// discarded) entries as new; entries still pending or dead-lettered are
-    /// passed over by new reads.
+    /// passed over by new reads. Moving it forward passes over the entries
+    /// behind the new cursor, but not the group's retry copies among them:
+    /// a copy is the only record of a retry still to run, so each becomes
+    /// owed at `now_ms`, with the count it carries (`docs/semantics.md`,
+    /// "Where the rules leave a choice").
     pub fn set_group_position(
         &mut self,
         stream: &str,
         group: &str,
         start: StreamStart,
+        now_ms: u64,
     ) -> BrokerResult<()> {
         self.check_start(stream, start)?;
         let s = self.stream_mut(stream, group)?;
         let cursor = s.start_position(start);
-        s.group_mut(stream, group)?.set_cursor(cursor);
+        let old = s.group_mut(stream, group)?.cursor;
+        let passed: Vec<(EntryId, u32)> = if cursor > old {
+            s.entries
+                .copies()
+                .range((Bound::Excluded(old), Bound::Included(cursor)))
+                .filter(|(_, copy)| copy.group == group)
+                .map(|(id, copy)| (*id, copy.times_delivered))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let g = s.group_mut(stream, group)?;
+        for (id, times_delivered) in passed {
+            if !g.pending.contains_key(&id) {
+                let owed = Pending {
+                    claim: Claim::Owed { due_ms: now_ms },
+                    times_delivered,
+                    since_ms: now_ms,
+                };
+                g.insert_pending(id, owed);
+            }
+        }
+        g.set_cursor(cursor);
         Ok(())
     }
 }

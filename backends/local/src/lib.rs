@@ -562,8 +562,8 @@ impl<P: Persistence> Broker for LocalBroker<P> {
         if let Err(error) = self.admit() {
             return ready(Err(error));
         }
-        self.mutate_durably(stream, Effect::Wakes, |e, _| {
-            e.set_group_position(stream, group, start)
+        self.mutate_durably(stream, Effect::Wakes, |e, now| {
+            e.set_group_position(stream, group, start, now)
         })
     }
 

@@ -6,7 +6,7 @@
 //! `lua/*.lua`), and parses the reply. Nothing else builds a script's
 //! arguments, so that order is kept in one place on each side. The wrappers
 //! sit beside the broker role that runs them: [`read`], [`settle`],
-//! [`inspect`], [`consumers`] and [`retain`].
+//! [`inspect`], [`consumers`], [`retain`] and [`position`].
 //!
 //! Each script is `lua/common.lua` followed by its own file. They run with
 //! `EVALSHA` (`redis::Script` falls back to `EVAL` after a `NOSCRIPT`, as
@@ -15,6 +15,7 @@
 
 mod consumers;
 mod inspect;
+mod position;
 mod read;
 mod retain;
 mod settle;
@@ -79,6 +80,7 @@ scripts!(
     dead_letters,
     pending,
     retain,
+    move_cursor,
 );
 
 impl std::fmt::Debug for Scripts {

@@ -71,13 +71,14 @@ fn set_group_position_moves_the_cursor_and_leaves_pending_alone() {
     read(&mut e, new_req("c", 2), T0);
     let before = all_pending(&e, T0 + 10);
 
-    e.set_group_position(S, G, StreamStart::New).unwrap();
+    e.set_group_position(S, G, StreamStart::New, T0).unwrap();
     assert_eq!(info(&e).last_delivered, all[3]);
     assert_eq!(info(&e).lag, 0);
     assert_eq!(all_pending(&e, T0 + 10), before);
     assert!(read(&mut e, new_req("c", 10), T0 + 10).is_empty());
 
-    e.set_group_position(S, G, StreamStart::Id(all[2])).unwrap();
+    e.set_group_position(S, G, StreamStart::Id(all[2]), T0)
+        .unwrap();
     assert_eq!(info(&e).last_delivered, all[2]);
     assert_eq!(info(&e).lag, 1);
     assert_eq!(all_pending(&e, T0 + 10), before);
@@ -89,7 +90,7 @@ fn set_group_position_keeps_dead_letters() {
     let (mut e, all) = setup(2);
     read(&mut e, new_req("c", 1), T0);
     e.dead_letter(S, G, &[all[0]], "poison", T0).unwrap();
-    e.set_group_position(S, G, StreamStart::New).unwrap();
+    e.set_group_position(S, G, StreamStart::New, T0).unwrap();
     assert_eq!(info(&e).dead_letters, 1);
     assert_eq!(dead(&e)[0].id(), all[0]);
 }
@@ -100,7 +101,8 @@ fn rewinding_the_cursor_does_not_hand_out_entries_still_held() {
     // while its claim stands, even as "new" after the cursor was moved back.
     let (mut e, all) = setup(3);
     read(&mut e, new_req("a", 2), T0);
-    e.set_group_position(S, G, StreamStart::Beginning).unwrap();
+    e.set_group_position(S, G, StreamStart::Beginning, T0)
+        .unwrap();
     assert_eq!(info(&e).lag, 1);
 
     let batch = read(&mut e, new_req("b", 10), T0 + 1);
@@ -117,7 +119,8 @@ fn rewinding_the_cursor_does_not_revive_dead_letters_or_duplicate_owed_entries()
     read(&mut e, new_req("a", 3), T0);
     e.dead_letter(S, G, &[all[0]], "poison", T0).unwrap();
     e.retry_after(S, G, &[all[1]], 0, T0).unwrap();
-    e.set_group_position(S, G, StreamStart::Beginning).unwrap();
+    e.set_group_position(S, G, StreamStart::Beginning, T0)
+        .unwrap();
     assert_eq!(info(&e).lag, 0);
 
     // all[1] goes out once, as owed (a redelivery); all[0] stays dead.
@@ -134,7 +137,8 @@ fn rewinding_the_cursor_replays_settled_entries_as_new() {
     let (mut e, all) = setup(3);
     read(&mut e, new_req("a", 3), T0);
     e.ack(S, G, &all).unwrap();
-    e.set_group_position(S, G, StreamStart::Beginning).unwrap();
+    e.set_group_position(S, G, StreamStart::Beginning, T0)
+        .unwrap();
     assert_eq!(info(&e).lag, 3);
     let batch = read(&mut e, new_req("b", 10), T0 + 1);
     assert_eq!(ids(&batch), all);
@@ -144,9 +148,9 @@ fn rewinding_the_cursor_replays_settled_entries_as_new() {
 #[test]
 fn set_group_position_on_an_unknown_group_is_no_group() {
     let mut e = Engine::new();
-    assert_no_group(e.set_group_position(S, G, StreamStart::New), S, G);
+    assert_no_group(e.set_group_position(S, G, StreamStart::New, T0), S, G);
     e.ensure_group(S, "other", StreamStart::New, T0);
-    assert_no_group(e.set_group_position(S, G, StreamStart::New), S, G);
+    assert_no_group(e.set_group_position(S, G, StreamStart::New, T0), S, G);
 }
 
 #[test]

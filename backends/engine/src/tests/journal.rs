@@ -103,7 +103,7 @@ fn step(e: &mut Engine, rng: &mut Lcg, now: u64) {
             if rng.next(4) == 0 {
                 let _ = e.trim(s, Trim::MaxLen(rng.next(6)));
             } else if rng.next(8) == 0 {
-                let _ = e.set_group_position(s, g, StreamStart::Beginning);
+                let _ = e.set_group_position(s, g, StreamStart::Beginning, now);
             } else if rng.next(2) == 0 {
                 let idle = Duration::from_millis(rng.next(60));
                 let _ = e.delete_consumer(s, g, c, idle, now);

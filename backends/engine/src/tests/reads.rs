@@ -204,9 +204,11 @@ fn claims_take_the_longest_idle_first_and_respect_count() {
     e.ensure_group(S, G, StreamStart::Beginning, T0);
     let all = publish_n(&mut e, "m", 3, T0);
     // Deliver in the order 2, 0, 1 at increasing times.
-    e.set_group_position(S, G, StreamStart::Id(all[1])).unwrap();
+    e.set_group_position(S, G, StreamStart::Id(all[1]), T0)
+        .unwrap();
     read(&mut e, new_req("a", 1), T0); // all[2]
-    e.set_group_position(S, G, StreamStart::Beginning).unwrap();
+    e.set_group_position(S, G, StreamStart::Beginning, T0)
+        .unwrap();
     read(&mut e, new_req("a", 1), T0 + 10); // all[0]
     read(&mut e, new_req("a", 1), T0 + 20); // all[1]
 

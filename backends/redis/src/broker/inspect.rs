@@ -78,29 +78,46 @@ async fn count_after(
     after: EntryId,
     scope: Scope<'_>,
 ) -> BrokerResult<u64> {
+    let mut total = 0u64;
+    for_each_page(broker, stream, (after, None), scope, |items| {
+        total += items.len() as u64;
+    })
+    .await?;
+    Ok(total)
+}
+
+/// Reads `stream`'s entries after `after` up to `to` (`None`: to the end)
+/// in pages of 1,000, handing each page's `XRANGE` items to `each`.
+pub(super) async fn for_each_page(
+    broker: &RedisBroker,
+    stream: &str,
+    (after, to): (EntryId, Option<EntryId>),
+    scope: Scope<'_>,
+    mut each: impl FnMut(&[Value]),
+) -> BrokerResult<()> {
     const PAGE: usize = 1000;
     let mut conn = broker.conn().await?;
-    let mut from = format!("({after}");
-    let mut total = 0u64;
+    let end = to.map_or_else(|| "+".to_owned(), |to| to.to_string());
+    let mut from = after;
     loop {
         let page: Value = redis::cmd("XRANGE")
             .arg(stream)
-            .arg(&from)
-            .arg("+")
+            .arg(format!("({from}"))
+            .arg(&end)
             .arg("COUNT")
             .arg(PAGE)
             .query_async(&mut conn)
             .await
             .map_err(|e| scope.error(&e))?;
         let items = codec::array(&page);
-        total += items.len() as u64;
+        each(items);
         let last = items
             .last()
             .and_then(|e| codec::array(e).first())
             .and_then(codec::id);
         match last {
-            Some(last) if items.len() == PAGE => from = format!("({last}"),
-            _ => return Ok(total),
+            Some(last) if items.len() == PAGE => from = last,
+            _ => return Ok(()),
         }
     }
 }

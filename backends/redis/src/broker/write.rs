@@ -86,7 +86,10 @@ pub(super) async fn ensure_group(
     }
 }
 
-/// `XGROUP SETID`.
+/// Moves the group's cursor (`XGROUP SETID`, in `move_cursor.lua`). A
+/// forward move makes owed, first, the group's retry copies it would pass
+/// over: each is the only record of a retry still to run. `New` is the
+/// stream's last id when the move is made.
 pub(super) async fn set_group_position(
     broker: &RedisBroker,
     stream: &str,
@@ -96,17 +99,48 @@ pub(super) async fn set_group_position(
     check_names(stream, Some(group), None)?;
     let scope = broker.scope(stream, Some(group));
     check_start(broker, stream, start, scope).await?;
-    let _: Value = broker
-        .query(
-            redis::cmd("XGROUP")
-                .arg("SETID")
-                .arg(stream)
-                .arg(group)
-                .arg(start_arg(start)),
-            scope,
-        )
+    let cursor = super::inspect::cursor_of(broker, stream, group).await?;
+    let target = match start {
+        StreamStart::New => last_id(broker, stream, scope).await?,
+        StreamStart::Beginning => EntryId::ZERO,
+        StreamStart::Id(id) => id,
+    };
+    let copies = if target > cursor {
+        copies_between(broker, stream, group, (cursor, target), scope).await?
+    } else {
+        Vec::new()
+    };
+    broker
+        .script(scope, |s, conn| {
+            s.move_cursor(conn, stream, group, target, &copies)
+        })
         .await?;
     Ok(())
+}
+
+/// The ids of `group`'s retry copies after `from` up to `to`, read in
+/// pages (a copy is written with `rs:group` first).
+async fn copies_between(
+    broker: &RedisBroker,
+    stream: &str,
+    group: &str,
+    (from, to): (EntryId, EntryId),
+    scope: Scope<'_>,
+) -> BrokerResult<Vec<EntryId>> {
+    let mut copies = Vec::new();
+    super::inspect::for_each_page(broker, stream, (from, Some(to)), scope, |items| {
+        for item in items {
+            let parts = codec::array(item);
+            let fields = parts.get(1).map(codec::array).unwrap_or_default();
+            let is_copy = fields.first().and_then(codec::bytes) == Some(b"rs:group".as_slice())
+                && fields.get(1).and_then(codec::bytes) == Some(group.as_bytes());
+            if let (true, Some(id)) = (is_copy, parts.first().and_then(codec::id)) {
+                copies.push(id);
+            }
+        }
+    })
+    .await?;
+    Ok(copies)
 }
 
 /// Refuses a start id past the last id `stream` ever had: the group would
