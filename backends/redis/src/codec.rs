@@ -181,6 +181,16 @@ pub(crate) struct NewEntry {
     pub(crate) copy_for: Option<String>,
 }
 
+/// The group a retry copy with these fields is for (`rs:group` is its
+/// first field); `None` for an ordinary entry.
+pub(crate) fn copy_group(fields: &[Value]) -> Option<&[u8]> {
+    if fields.first().and_then(bytes) == Some(b"rs:group") {
+        fields.get(1).and_then(bytes)
+    } else {
+        None
+    }
+}
+
 /// `[id, [field, value, ...]]` read as new: a retry copy (`rs:group` first)
 /// carries its group and its original's delivery count (`rs:count`).
 pub(crate) fn entry_of_read(value: Value) -> Result<NewEntry, BadReply> {
@@ -197,8 +207,8 @@ pub(crate) fn entry_of_read(value: Value) -> Result<NewEntry, BadReply> {
     };
     let mut copy_for = None;
     let mut carried = 0;
-    if fields.first().and_then(bytes) == Some(b"rs:group") {
-        copy_for = fields.get(1).and_then(text).map(str::to_owned);
+    if let Some(group) = copy_group(&fields) {
+        copy_for = std::str::from_utf8(group).ok().map(str::to_owned);
         if fields.get(2).and_then(bytes) == Some(b"rs:count") {
             carried = fields
                 .get(3)

@@ -119,7 +119,7 @@ pub(super) async fn set_group_position(
 }
 
 /// The ids of `group`'s retry copies after `from` up to `to`, read in
-/// pages (a copy is written with `rs:group` first).
+/// pages.
 async fn copies_between(
     broker: &RedisBroker,
     stream: &str,
@@ -132,8 +132,7 @@ async fn copies_between(
         for item in items {
             let parts = codec::array(item);
             let fields = parts.get(1).map(codec::array).unwrap_or_default();
-            let is_copy = fields.first().and_then(codec::bytes) == Some(b"rs:group".as_slice())
-                && fields.get(1).and_then(codec::bytes) == Some(group.as_bytes());
+            let is_copy = codec::copy_group(fields) == Some(group.as_bytes());
             if let (true, Some(id)) = (is_copy, parts.first().and_then(codec::id)) {
                 copies.push(id);
             }
